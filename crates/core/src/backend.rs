@@ -1,0 +1,104 @@
+use crate::{dtype::GgmlType, Result};
+use half::f16;
+
+/// A 2-D weight as stored: `n_out` rows of `n_in` elements in `ty`'s block layout.
+#[derive(Clone, Copy, Debug)]
+pub struct WeightView<'a> {
+    pub ty: GgmlType,
+    pub n_out: usize,
+    pub n_in: usize,
+    pub data: &'a [u8],
+}
+
+impl WeightView<'_> {
+    /// Bytes of one row, or a shape error when `n_in` does not fill whole blocks.
+    pub fn row_bytes(&self) -> Result<usize> {
+        self.ty
+            .row_bytes(self.n_in as u64)
+            .map(|b| b as usize)
+            .ok_or_else(|| {
+                crate::Error::Shape(format!(
+                    "row of {} elements is not a whole number of {} blocks",
+                    self.n_in, self.ty
+                ))
+            })
+    }
+}
+
+/// Normalisation flavour: plain RMSNorm multiplies by `w`, Gemma's by `1 + w`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NormKind {
+    Rms,
+    RmsPlusOne,
+}
+
+/// Rotary layout: `Norm` rotates adjacent pairs (llama GGUF, whose q/k are pre-permuted),
+/// `Neox` rotates element i with i + head_dim/2.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeKind {
+    Norm,
+    Neox,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// silu(gate) * up
+    SwiGlu,
+    /// gelu_tanh(gate) * up
+    GeGluTanh,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct AttnParams {
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub scale: f32,
+    /// Keys at positions `> pos - window` are visible (sliding window), `None` = full causal.
+    pub window: Option<usize>,
+    pub softcap: Option<f32>,
+}
+
+/// The op tier every backend provides. Activations are row-major `rows x width` f32.
+/// The KV cache layout is `(n_kv, n_head_kv, head_dim)` in f16, position-major.
+pub trait Backend: Send + Sync {
+    fn name(&self) -> String;
+
+    /// `out (rows, n_out) = x (rows, n_in) . w^T`, any number of rows.
+    fn matmul(&self, w: &WeightView, x: &[f32], rows: usize, out: &mut [f32]) -> Result<()>;
+
+    /// Gathers the rows `ids` of an embedding table as f32 into `out (ids.len(), n_in)`.
+    fn embed(&self, table: &WeightView, ids: &[u32], out: &mut [f32]) -> Result<()>;
+
+    /// Row-wise RMS normalisation of `x (rows, w.len())` in place.
+    fn rms_norm(&self, x: &mut [f32], w: &[f32], eps: f32, kind: NormKind);
+
+    /// Rotates `x (rows, n_head, head_dim)` in place; `positions[r]` is row r's position.
+    #[allow(clippy::too_many_arguments)]
+    fn rope(
+        &self,
+        x: &mut [f32],
+        n_head: usize,
+        head_dim: usize,
+        positions: &[u32],
+        theta: f32,
+        kind: RopeKind,
+    );
+
+    /// Causal attention of `q (rows, n_head, head_dim)` over cached keys/values `0..n_kv`;
+    /// query row r sits at `positions[r]` (< n_kv). Writes `out (rows, n_head, head_dim)`.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &self,
+        q: &[f32],
+        k: &[f16],
+        v: &[f16],
+        n_kv: usize,
+        positions: &[u32],
+        p: &AttnParams,
+        out: &mut [f32],
+    ) -> Result<()>;
+
+    /// `gate = act(gate) * up`, elementwise.
+    fn glu(&self, gate: &mut [f32], up: &[f32], act: Activation);
+}

@@ -1,0 +1,10 @@
+//! Types shared by every crate: ggml tensor types and their block layouts, the error type,
+//! and the `Backend` trait the decoder is written against.
+pub mod backend;
+pub mod dtype;
+pub mod error;
+pub mod quant;
+
+pub use backend::{Backend, WeightView};
+pub use dtype::GgmlType;
+pub use error::{Error, Result};

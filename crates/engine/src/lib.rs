@@ -1,0 +1,1 @@
+//! ishizuki-engine
