@@ -1,1 +1,3 @@
 //! ishizuki-engine
+
+pub mod sampler;
