@@ -1,4 +1,4 @@
 //! Model file formats over mmap. Knows nothing about backends.
 pub mod gguf;
 
-pub use gguf::{GgufError, GgufFile, TensorInfo, Value};
+pub use gguf::{GgufError, GgufFile, GgufWriteError, GgufWriter, TensorInfo, Value, ValueType};

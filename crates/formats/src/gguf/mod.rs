@@ -1,0 +1,168 @@
+//! GGUF v2/v3 reader and v3 writer. Layout: header, metadata KVs, tensor infos,
+//! padding to `general.alignment`, tensor data. The reader validates the whole
+//! layout before handing out anything; the writer refuses what the reader would reject.
+mod error;
+mod reader;
+mod value;
+mod writer;
+
+pub use error::GgufError;
+pub use value::{Value, ValueType};
+pub use writer::{GgufWriteError, GgufWriter};
+
+use ishizuki_core::GgmlType;
+use memmap2::Mmap;
+use std::{collections::HashMap, fs::File, ops::Deref, path::Path};
+
+pub const GGUF_MAGIC: &[u8; 4] = b"GGUF";
+/// Version the writer emits; the reader accepts 2 and 3 (same little-endian layout).
+pub const GGUF_VERSION: u32 = 3;
+pub const DEFAULT_ALIGNMENT: u64 = 32;
+pub const ALIGNMENT_KEY: &str = "general.alignment";
+/// ggml's GGML_MAX_DIMS.
+pub const MAX_DIMS: usize = 4;
+/// Deepest array-of-array nesting accepted; a flat array is depth 1.
+pub const MAX_ARRAY_DEPTH: usize = 8;
+/// Magic, u32 version, u64 tensor count, u64 KV count.
+pub const HEADER_BYTES: u64 = 4 + 4 + 8 + 8;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorInfo {
+    pub name: String,
+    /// ggml order: dims[0] is the contiguous (row) dimension.
+    pub dims: Vec<u64>,
+    pub ty: GgmlType,
+    /// Offset relative to the start of the data section.
+    pub offset: u64,
+    pub n_bytes: u64,
+}
+
+impl TensorInfo {
+    pub fn n_elements(&self) -> u64 {
+        self.dims.iter().product()
+    }
+}
+
+/// The bytes a GGUF file was parsed from: a read-only map or an owned buffer.
+enum Storage {
+    Mapped(Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Deref for Storage {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Storage::Mapped(m) => m,
+            Storage::Owned(v) => v,
+        }
+    }
+}
+
+pub struct GgufFile {
+    storage: Storage,
+    pub version: u32,
+    /// In file order.
+    pub metadata: Vec<(String, Value)>,
+    index: HashMap<String, usize>,
+    /// In file order.
+    pub tensors: Vec<TensorInfo>,
+    tensor_index: HashMap<String, usize>,
+    pub alignment: u64,
+    /// Absolute file offset of the data section.
+    pub data_offset: u64,
+}
+
+impl GgufFile {
+    pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
+        let file = File::open(path)?;
+        // SAFETY: the file is mapped read-only; model files are not modified while loaded.
+        let mmap = unsafe { Mmap::map(&file)? };
+        Self::from_storage(Storage::Mapped(mmap))
+    }
+
+    /// Parses an in-memory file (tests, fuzzing, downloads not yet on disk).
+    pub fn from_bytes(bytes: impl Into<Vec<u8>>) -> Result<GgufFile, GgufError> {
+        Self::from_storage(Storage::Owned(bytes.into()))
+    }
+
+    fn from_storage(storage: Storage) -> Result<GgufFile, GgufError> {
+        let p = reader::parse(&storage)?;
+        Ok(GgufFile {
+            storage,
+            version: p.version,
+            metadata: p.metadata,
+            index: p.index,
+            tensors: p.tensors,
+            tensor_index: p.tensor_index,
+            alignment: p.alignment,
+            data_offset: p.data_offset,
+        })
+    }
+
+    /// The whole file.
+    pub fn bytes(&self) -> &[u8] {
+        &self.storage
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.index.get(key).map(|&i| &self.metadata[i].1)
+    }
+
+    pub fn get_str(&self, key: &str) -> Option<&str> {
+        self.get(key)?.as_str()
+    }
+
+    pub fn get_u64(&self, key: &str) -> Option<u64> {
+        self.get(key)?.as_u64()
+    }
+
+    pub fn get_f64(&self, key: &str) -> Option<f64> {
+        self.get(key)?.as_f64()
+    }
+
+    pub fn get_bool(&self, key: &str) -> Option<bool> {
+        self.get(key)?.as_bool()
+    }
+
+    pub fn get_array(&self, key: &str) -> Option<&[Value]> {
+        self.get(key)?.as_array()
+    }
+
+    /// `general.architecture`, e.g. "llama".
+    pub fn architecture(&self) -> Option<&str> {
+        self.get_str("general.architecture")
+    }
+
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.tensor_index.get(name).map(|&i| &self.tensors[i])
+    }
+
+    /// The bytes of a tensor of this file (validated at open). An info that is
+    /// not one of this file's tensors yields an empty slice; see `try_tensor_data`.
+    pub fn tensor_data(&self, t: &TensorInfo) -> &[u8] {
+        self.try_tensor_data(t).unwrap_or(&[])
+    }
+
+    /// The bytes of a tensor, refusing an info that is not one of this file's tensors.
+    pub fn try_tensor_data(&self, t: &TensorInfo) -> Result<&[u8], GgufError> {
+        match self.tensor(&t.name) {
+            Some(own) if own == t => {
+                // Checked at open: data_offset + offset + n_bytes <= file length.
+                let start = (self.data_offset + t.offset) as usize;
+                Ok(&self.storage[start..start + t.n_bytes as usize])
+            }
+            _ => Err(GgufError::ForeignTensor {
+                name: t.name.clone(),
+            }),
+        }
+    }
+
+    /// The bytes of the named tensor, if the file has it.
+    pub fn tensor_bytes(&self, name: &str) -> Option<&[u8]> {
+        self.tensor(name).map(|t| self.tensor_data(t))
+    }
+}
+
+#[cfg(test)]
+mod tests;

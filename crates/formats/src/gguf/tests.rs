@@ -1,0 +1,334 @@
+//! Round trips through the writer and reader, the writer's exact byte layout, and the real models.
+use super::*;
+use std::path::PathBuf;
+
+/// Deterministic filler so tensor data differs between tensors and positions.
+fn pattern(len: u64, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn sample_metadata() -> Vec<(String, Value)> {
+    let scalars = vec![
+        ("t.u8", Value::U8(200)),
+        ("t.i8", Value::I8(-100)),
+        ("t.u16", Value::U16(60000)),
+        ("t.i16", Value::I16(-30000)),
+        ("t.u32", Value::U32(4_000_000_000)),
+        ("t.i32", Value::I32(-2_000_000_000)),
+        ("t.f32", Value::F32(-1.5e-3)),
+        ("t.bool", Value::Bool(true)),
+        ("t.false", Value::Bool(false)),
+        ("t.string", Value::from("héllo, 世界 \u{1F600}")),
+        ("t.empty_string", Value::from("")),
+        ("t.u64", Value::U64(u64::MAX)),
+        ("t.i64", Value::I64(i64::MIN)),
+        ("t.f64", Value::F64(std::f64::consts::PI)),
+        ("general.architecture", Value::from("llama")),
+        (
+            "tokenizer.ggml.tokens",
+            Value::from(vec!["<s>", "", "▁the", "\n"]),
+        ),
+        ("t.scores", Value::from(vec![0.0f32, -1.25, 3.5])),
+        ("t.empty_array", Value::Array(vec![])),
+        ("t.bools", Value::from(vec![true, false, true])),
+    ];
+    let nested = Value::Array(vec![
+        Value::from(vec![1i32, 2, 3]),
+        Value::from(vec!["a", "b"]),
+        Value::Array(vec![]),
+        Value::Array(vec![Value::from(vec![7u64])]),
+    ]);
+    let mut all: Vec<(String, Value)> = scalars
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+    all.push(("t.nested".to_owned(), nested));
+    all
+}
+
+struct SampleTensor {
+    name: &'static str,
+    dims: Vec<u64>,
+    ty: GgmlType,
+}
+
+fn sample_tensors() -> Vec<SampleTensor> {
+    use GgmlType::*;
+    let t = |name, dims: &[u64], ty| SampleTensor {
+        name,
+        dims: dims.to_vec(),
+        ty,
+    };
+    vec![
+        t("token_embd.weight", &[8, 3], F32),
+        t("blk.0.attn_q.weight", &[64, 2], Q4_0),
+        t("blk.0.ffn_up.weight", &[256, 2, 1], Q4_K),
+        t("blk.0.odd.weight", &[3], F16),
+        t("blk.0.iq.weight", &[256], IQ2_XXS),
+        t("blk.0.tq.weight", &[256, 1, 1, 2], TQ1_0),
+        t("blk.0.mx.weight", &[32, 5], MXFP4),
+        t("output_norm.weight", &[7], I8),
+    ]
+}
+
+fn build(alignment: Option<u32>) -> (GgufWriter<'static>, Vec<(String, Value)>, Vec<Vec<u8>>) {
+    let mut w = GgufWriter::new();
+    let mut metadata = sample_metadata();
+    if let Some(a) = alignment {
+        metadata.insert(3, (ALIGNMENT_KEY.to_owned(), Value::U32(a)));
+    }
+    for (k, v) in &metadata {
+        w.add_metadata(k.clone(), v.clone()).unwrap();
+    }
+    let mut datas = Vec::new();
+    for (i, t) in sample_tensors().into_iter().enumerate() {
+        let n = t.ty.row_bytes(t.dims.iter().product()).unwrap();
+        let data = pattern(n, i as u8);
+        w.add_tensor(t.name, &t.dims, t.ty, data.clone()).unwrap();
+        datas.push(data);
+    }
+    (w, metadata, datas)
+}
+
+fn assert_round_trip(alignment: Option<u32>) {
+    let (w, metadata, datas) = build(alignment);
+    let bytes = w.to_bytes();
+    let f = GgufFile::from_bytes(bytes.clone()).unwrap();
+    let align = alignment.map_or(DEFAULT_ALIGNMENT, u64::from);
+    assert_eq!(f.version, GGUF_VERSION);
+    assert_eq!(f.alignment, align);
+    assert_eq!(f.metadata, metadata);
+    assert_eq!(f.data_offset % align, 0);
+    assert_eq!(bytes.len() as u64 % align, 0);
+    let expected = sample_tensors();
+    assert_eq!(f.tensors.len(), expected.len());
+    for ((info, want), data) in f.tensors.iter().zip(&expected).zip(&datas) {
+        assert_eq!(
+            (info.name.as_str(), &info.dims, info.ty),
+            (want.name, &want.dims, want.ty)
+        );
+        assert_eq!(info.offset % align, 0, "{}", info.name);
+        assert_eq!(info.n_bytes, data.len() as u64);
+        assert_eq!(f.tensor_data(info), &data[..]);
+        assert_eq!(f.tensor(want.name), Some(info));
+    }
+}
+
+#[test]
+fn round_trip_default_alignment() {
+    assert_round_trip(None);
+}
+
+#[test]
+fn round_trip_custom_alignments() {
+    for a in [1, 8, 64, 4096] {
+        assert_round_trip(Some(a));
+    }
+}
+
+#[test]
+fn round_trip_through_a_file_and_mmap() {
+    let (w, metadata, datas) = build(Some(64));
+    let path = std::env::temp_dir().join(format!("ishizuki-gguf-rt-{}.gguf", std::process::id()));
+    let written = w.write_file(&path).unwrap();
+    let f = GgufFile::open(&path);
+    std::fs::remove_file(&path).unwrap();
+    let f = f.unwrap();
+    assert_eq!(written, f.bytes().len() as u64);
+    assert_eq!(f.metadata, metadata);
+    let read: Vec<&[u8]> = f.tensors.iter().map(|t| f.tensor_data(t)).collect();
+    assert_eq!(read, datas.iter().map(Vec::as_slice).collect::<Vec<_>>());
+}
+
+#[test]
+fn typed_accessors() {
+    let (w, _, _) = build(None);
+    let f = GgufFile::from_bytes(w.to_bytes()).unwrap();
+    assert_eq!(f.architecture(), Some("llama"));
+    assert_eq!(f.get_u64("t.u32"), Some(4_000_000_000));
+    assert_eq!(f.get_u64("t.i8"), None);
+    assert_eq!(f.get_f64("t.f64"), Some(std::f64::consts::PI));
+    assert_eq!(f.get_bool("t.bool"), Some(true));
+    assert_eq!(f.get_array("t.scores").map(<[Value]>::len), Some(3));
+    let tokens = f.get("tokenizer.ggml.tokens").and_then(Value::as_str_array);
+    assert_eq!(tokens, Some(vec!["<s>", "", "▁the", "\n"]));
+    assert!(f.get("missing").is_none());
+    assert_eq!(
+        f.tensor_bytes("output_norm.weight").map(<[u8]>::len),
+        Some(7)
+    );
+}
+
+#[test]
+fn foreign_tensor_info_is_refused() {
+    let (w, _, _) = build(None);
+    let f = GgufFile::from_bytes(w.to_bytes()).unwrap();
+    let mut info = f.tensors[0].clone();
+    info.n_bytes = u64::MAX / 2;
+    assert!(matches!(
+        f.try_tensor_data(&info),
+        Err(GgufError::ForeignTensor { .. })
+    ));
+    assert_eq!(f.tensor_data(&info), &[] as &[u8]);
+    info.name = "nope".into();
+    assert!(matches!(
+        f.try_tensor_data(&info),
+        Err(GgufError::ForeignTensor { .. })
+    ));
+}
+
+/// The exact bytes of a one-key, one-tensor file, spelled out field by field.
+#[test]
+fn writer_byte_layout() {
+    let mut w = GgufWriter::new();
+    w.add_metadata("k", Value::U16(0x0102)).unwrap();
+    w.add_tensor("t", &[2], GgmlType::F32, vec![1, 2, 3, 4, 5, 6, 7, 8])
+        .unwrap();
+    let mut want = Vec::new();
+    want.extend_from_slice(b"GGUF");
+    want.extend_from_slice(&3u32.to_le_bytes());
+    want.extend_from_slice(&1u64.to_le_bytes()); // n_tensors
+    want.extend_from_slice(&1u64.to_le_bytes()); // n_kv
+    want.extend_from_slice(&1u64.to_le_bytes());
+    want.push(b'k');
+    want.extend_from_slice(&2u32.to_le_bytes()); // U16
+    want.extend_from_slice(&[0x02, 0x01]);
+    want.extend_from_slice(&1u64.to_le_bytes());
+    want.push(b't');
+    want.extend_from_slice(&1u32.to_le_bytes()); // n_dims
+    want.extend_from_slice(&2u64.to_le_bytes());
+    want.extend_from_slice(&0u32.to_le_bytes()); // F32
+    want.extend_from_slice(&0u64.to_le_bytes()); // offset
+    assert_eq!(want.len(), 72);
+    want.resize(96, 0); // header padded to 32
+    want.extend_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
+    want.resize(128, 0); // data padded to 32
+    assert_eq!(w.to_bytes(), want);
+}
+
+#[test]
+fn writer_refuses_what_the_reader_would_reject() {
+    use GgufWriteError as E;
+    let mut w = GgufWriter::new();
+    w.add_metadata("a", 1u8).unwrap();
+    assert!(matches!(
+        w.add_metadata("a", 2u8),
+        Err(E::DuplicateKey { .. })
+    ));
+    assert!(matches!(
+        w.add_metadata(ALIGNMENT_KEY, 24u32),
+        Err(E::BadAlignment { .. })
+    ));
+    assert!(matches!(
+        w.add_metadata(ALIGNMENT_KEY, 32u64),
+        Err(E::BadAlignment { .. })
+    ));
+    let mixed = Value::Array(vec![Value::U8(1), Value::I8(1)]);
+    assert!(matches!(
+        w.add_metadata("m", mixed),
+        Err(E::MixedArray { .. })
+    ));
+    let mut deep = Value::U8(0);
+    for _ in 0..=MAX_ARRAY_DEPTH {
+        deep = Value::Array(vec![deep]);
+    }
+    assert!(matches!(
+        w.add_metadata("d", deep),
+        Err(E::NestingTooDeep { .. })
+    ));
+    let f32 = GgmlType::F32;
+    assert!(matches!(
+        w.add_tensor("t", &[], f32, vec![]),
+        Err(E::BadDimCount { .. })
+    ));
+    let five = [1u64; 5];
+    assert!(matches!(
+        w.add_tensor("t", &five, f32, vec![0; 4]),
+        Err(E::BadDimCount { .. })
+    ));
+    assert!(matches!(
+        w.add_tensor("t", &[1, 0], f32, vec![]),
+        Err(E::ZeroDim { axis: 1, .. })
+    ));
+    let q = GgmlType::Q4_0;
+    assert!(matches!(
+        w.add_tensor("t", &[16], q, vec![0; 9]),
+        Err(E::RowNotBlockMultiple { .. })
+    ));
+    let huge = [1u64 << 62, 4];
+    assert!(matches!(
+        w.add_tensor("t", &huge, f32, vec![]),
+        Err(E::SizeOverflow { .. })
+    ));
+    assert!(matches!(
+        w.add_tensor("t", &[2], f32, vec![0; 7]),
+        Err(E::DataSize { .. })
+    ));
+    w.add_tensor("t", &[2], f32, vec![0; 8]).unwrap();
+    assert!(matches!(
+        w.add_tensor("t", &[2], f32, vec![0; 8]),
+        Err(E::DuplicateTensor { .. })
+    ));
+    // Nothing refused was kept: the file still parses with one key and one tensor.
+    let f = GgufFile::from_bytes(w.to_bytes()).unwrap();
+    assert_eq!((f.metadata.len(), f.tensors.len()), (1, 1));
+}
+
+#[test]
+fn empty_file_without_tensors_or_metadata() {
+    let bytes = GgufWriter::new().to_bytes();
+    assert_eq!(bytes.len(), 32);
+    let f = GgufFile::from_bytes(bytes).unwrap();
+    assert!(f.metadata.is_empty() && f.tensors.is_empty());
+    // A zero-tensor file may end right after the header, without padding.
+    let f = GgufFile::from_bytes(GgufWriter::new().to_bytes()[..24].to_vec()).unwrap();
+    assert_eq!(f.data_offset, 32);
+}
+
+fn model_path(file: &str) -> Option<PathBuf> {
+    let dir =
+        std::env::var_os("ISHIZUKI_TEST_MODELS").unwrap_or_else(|| "/work/cache/models".into());
+    let path = PathBuf::from(dir).join(file);
+    if path.is_file() {
+        Some(path)
+    } else {
+        println!(
+            "skipping: {} not found (set ISHIZUKI_TEST_MODELS)",
+            path.display()
+        );
+        None
+    }
+}
+
+fn check_real_model(file: &str, n_tensors: usize, arch: &str) {
+    let Some(path) = model_path(file) else {
+        return;
+    };
+    let f = GgufFile::open(&path).unwrap();
+    assert_eq!(f.tensors.len(), n_tensors);
+    assert_eq!(f.architecture(), Some(arch));
+    assert!(f
+        .get_array("tokenizer.ggml.tokens")
+        .is_some_and(|t| t.len() > 1000));
+    let mut covered = 0u64;
+    for t in &f.tensors {
+        let n = t.ty.row_bytes(t.n_elements()).unwrap();
+        assert_eq!(f.try_tensor_data(t).unwrap().len() as u64, n, "{}", t.name);
+        covered += n;
+    }
+    // Tensors fill the data section except for alignment padding.
+    let data_len = f.bytes().len() as u64 - f.data_offset;
+    assert!(covered <= data_len && data_len - covered < f.alignment * n_tensors as u64);
+}
+
+#[test]
+fn real_model_smollm2() {
+    check_real_model("SmolLM2-135M-Instruct.Q4_1.gguf", 272, "llama");
+}
+
+#[test]
+fn real_model_gemma3() {
+    check_real_model("gemma-3-270m-q4_k_m.gguf", 236, "gemma3");
+}
