@@ -90,18 +90,12 @@ GEMMA3 = TinySpec(
 
 # ---------------------------------------------------------------- tokenizer (made up)
 
-def bytes_to_unicode() -> list[str]:
-    """GPT-2 byte-level alphabet, in GPT-2's order (printable bytes first)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-    bs += list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return [chr(c) for c in cs]
+def gpt2_byte_alphabet() -> list[tuple[int, str]]:
+    """GPT-2 byte-level alphabet as (byte, char) in GPT-2's vocabulary order (printable bytes first)."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+    printable += list(range(ord("®"), ord("ÿ") + 1))
+    others = [b for b in range(256) if b not in printable]
+    return [(b, chr(b)) for b in printable] + [(b, chr(256 + n)) for n, b in enumerate(others)]
 
 
 def train_bpe(words: list[list[str]], n_merges: int) -> list[tuple[str, str]]:
@@ -125,20 +119,14 @@ def train_bpe(words: list[list[str]], n_merges: int) -> list[tuple[str, str]]:
 
 def gpt2_vocab(n_vocab: int) -> tuple[list[str], list[int], list[str]]:
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    alphabet = bytes_to_unicode()
-    byte_char = {b: alphabet[i] for i, b in enumerate(_gpt2_byte_order())}
+    alphabet = gpt2_byte_alphabet()
+    byte_char = dict(alphabet)
     pieces = re.findall(r" ?\w+| ?[^\w\s]+|\s+", CORPUS.strip())
     words = [[byte_char[b] for b in p.encode()] for p in pieces]
     merges = train_bpe(words, n_vocab - len(specials) - len(alphabet))
-    tokens = specials + alphabet + [a + b for a, b in merges]
+    tokens = specials + [c for _, c in alphabet] + [a + b for a, b in merges]
     types = [TokenType.CONTROL] * len(specials) + [TokenType.NORMAL] * (len(tokens) - len(specials))
     return tokens, [int(t) for t in types], [f"{a} {b}" for a, b in merges]
-
-
-def _gpt2_byte_order() -> list[int]:
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-    bs += list(range(ord("®"), ord("ÿ") + 1))
-    return bs + [b for b in range(256) if b not in bs]
 
 
 def spm_vocab(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
