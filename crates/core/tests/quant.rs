@@ -228,3 +228,107 @@ fn f16_conversion_is_exact_for_every_non_nan_value() {
         );
     }
 }
+
+/// Deterministic standard-normal samples (xorshift64* + Box-Muller), scaled per 256 elements
+/// so blocks see magnitudes from 1e-3 to 1e2.
+fn gaussian_row(n: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut uniform = move || {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        ((state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    };
+    (0..n)
+        .map(|i| {
+            let (u1, u2) = (uniform(), uniform());
+            let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+            let scale = [1e-3, 0.05, 1.0, 100.0][(i / 256) % 4];
+            (z * scale) as f32
+        })
+        .collect()
+}
+
+/// Normalised mean squared error of `y` against `x`, per 256-element block (worst block),
+/// so every magnitude must reconstruct well.
+fn worst_block_nmse(x: &[f32], y: &[f32]) -> f64 {
+    x.chunks(256)
+        .zip(y.chunks(256))
+        .map(|(xb, yb)| {
+            let err: f64 = xb
+                .iter()
+                .zip(yb)
+                .map(|(a, b)| ((a - b) as f64).powi(2))
+                .sum();
+            let norm: f64 = xb.iter().map(|a| (*a as f64).powi(2)).sum();
+            err / norm
+        })
+        .fold(0.0, f64::max)
+}
+
+fn round_trip(ty: GgmlType, x: &[f32]) -> Vec<f32> {
+    let mut q = vec![0u8; ty.row_bytes(x.len() as u64).unwrap() as usize];
+    quantize_row(ty, x, &mut q).unwrap_or_else(|e| panic!("{ty}: {e}"));
+    let mut y = vec![0.0f32; x.len()];
+    dequantize_row(ty, &q, &mut y).unwrap();
+    y
+}
+
+#[test]
+fn quantize_round_trip_error_is_bounded() {
+    use GgmlType::*;
+    // bounds sit ~1.5x above the measured worst block on gaussian data; an off-by-one in a
+    // level, scale or packing raises the error by orders of magnitude
+    let bounds = [
+        (F16, 1e-7),
+        (BF16, 5e-6),
+        (Q8_0, 6e-5),
+        (Q8_K, 1e-4),
+        (Q6_K, 7e-4),
+        (Q5_0, 3.3e-3),
+        (Q5_1, 2.7e-3),
+        (Q4_0, 1.3e-2),
+        (Q4_1, 1.2e-2),
+        (Q4_K, 9e-3),
+    ];
+    let x = gaussian_row(4096, 7);
+    for (ty, bound) in bounds {
+        let nmse = worst_block_nmse(&x, &round_trip(ty, &x));
+        println!("{ty}: worst-block NMSE {nmse:.3e}");
+        assert!(nmse < bound, "{ty}: NMSE {nmse:e} above {bound:e}");
+    }
+}
+
+#[test]
+fn q8_k_blocks_follow_the_reference_semantics() {
+    use ishizuki_core::quant::{quantize_row_q8_k, BlockQ8K};
+    let mut x = gaussian_row(1024, 11);
+    x[256..512].fill(0.0); // an all-zero block
+    let mut blocks = [bytemuck::Zeroable::zeroed(); 4];
+    quantize_row_q8_k(&x, &mut blocks).unwrap();
+    for (xb, b) in x.chunks_exact(256).zip(&blocks) {
+        let b: &BlockQ8K = b;
+        for i in 0..16 {
+            let sum: i32 = b.qs[16 * i..16 * (i + 1)].iter().map(|&q| q as i32).sum();
+            assert_eq!(b.bsum(i) as i32, sum, "bsums[{i}]");
+        }
+        let amax = xb.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+        if amax == 0.0 {
+            assert_eq!(b.d(), 0.0);
+            assert!(b.qs.iter().all(|&q| q == 0));
+            continue;
+        }
+        // the largest-magnitude element maps to -127 (d carries its sign, negated)
+        let imax = xb.iter().position(|v| v.abs() == amax).unwrap();
+        assert_eq!(b.qs[imax], -127);
+        assert_eq!(b.d().signum(), -xb[imax].signum());
+        for (&v, &q) in xb.iter().zip(&b.qs) {
+            assert!(
+                (v - b.d() * q as f32).abs() <= b.d().abs() * 0.5001,
+                "{v} vs {q}"
+            );
+        }
+    }
+    let mut too_few = [bytemuck::Zeroable::zeroed(); 3];
+    assert!(quantize_row_q8_k(&x, &mut too_few).is_err());
+}

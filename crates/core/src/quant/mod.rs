@@ -3,6 +3,7 @@
 //! Every block struct holds only byte arrays (alignment 1), so a byte slice at any address,
 //! such as a tensor inside an mmapped GGUF file, casts to a block slice without copying.
 mod iquants;
+mod kquantize;
 mod kquants;
 mod legacy;
 
@@ -10,6 +11,7 @@ use crate::{dtype::GgmlType, Error, Result};
 use bytemuck::Pod;
 
 pub use iquants::{BlockIQ4NL, BlockIQ4XS, KVALUES_IQ4NL};
+pub use kquantize::{quantize_row_q4_k, quantize_row_q6_k, quantize_row_q8_k};
 pub use kquants::{
     get_scale_min_k4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K,
 };
@@ -59,6 +61,9 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<()> {
         Q5_0 => quantize_row_q5_0(src, as_blocks_mut(dst))?,
         Q5_1 => quantize_row_q5_1(src, as_blocks_mut(dst))?,
         Q8_0 => quantize_row_q8_0(src, as_blocks_mut(dst))?,
+        Q4_K => quantize_row_q4_k(src, as_blocks_mut(dst))?,
+        Q6_K => quantize_row_q6_k(src, as_blocks_mut(dst))?,
+        Q8_K => quantize_row_q8_k(src, as_blocks_mut(dst))?,
         _ => return Err(Error::UnsupportedType(ty, "quantize")),
     }
     Ok(())
