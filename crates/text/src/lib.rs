@@ -1,1 +1,4 @@
 //! ishizuki-text
+
+pub mod template;
+pub use template::{ChatMessage, ChatTemplate, TemplateError, TemplateLimits};
