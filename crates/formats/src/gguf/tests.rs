@@ -287,6 +287,82 @@ fn empty_file_without_tensors_or_metadata() {
     assert_eq!(f.data_offset, 32);
 }
 
+/// A file written by gguf-py (tests/fixtures/make_gguf_py_small.py), an independent writer.
+#[test]
+fn reads_gguf_py_output() {
+    let f =
+        GgufFile::from_bytes(include_bytes!("../../tests/fixtures/gguf_py_small.gguf").to_vec())
+            .unwrap();
+    assert_eq!((f.version, f.alignment, f.data_offset), (3, 64, 704));
+    let expect = [
+        ("general.architecture", Value::from("llama")),
+        (ALIGNMENT_KEY, Value::U32(64)),
+        ("t.u8", Value::U8(200)),
+        ("t.i8", Value::I8(-100)),
+        ("t.u16", Value::U16(60000)),
+        ("t.i16", Value::I16(-30000)),
+        ("t.u32", Value::U32(4_000_000_000)),
+        ("t.i32", Value::I32(-2_000_000_000)),
+        ("t.f32", Value::F32(1.5)),
+        ("t.bool", Value::Bool(true)),
+        ("t.str", Value::from("héllo 世界")),
+        ("t.u64", Value::U64(u64::MAX)),
+        ("t.i64", Value::I64(i64::MIN)),
+        ("t.f64", Value::F64(2.25)),
+        ("t.tokens", Value::from(vec!["<s>", "", "▁the"])),
+        ("t.ints", Value::from(vec![1i32, -2, 3])),
+        ("t.nested", Value::from(vec![vec![1i32, 2], vec![3]])),
+    ];
+    let got: Vec<(&str, &Value)> = f.metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let want: Vec<(&str, &Value)> = expect.iter().map(|(k, v)| (*k, v)).collect();
+    assert_eq!(got, want);
+    let shapes: Vec<(&str, &[u64], GgmlType, u64)> = f
+        .tensors
+        .iter()
+        .map(|t| (t.name.as_str(), t.dims.as_slice(), t.ty, t.offset))
+        .collect();
+    use GgmlType::*;
+    assert_eq!(
+        shapes,
+        [
+            ("a", &[3, 2][..], F32, 0),
+            ("b", &[3], F16, 64),
+            ("q", &[32, 2], Q8_0, 128)
+        ]
+    );
+    let a: Vec<f32> = f
+        .tensor_bytes("a")
+        .unwrap()
+        .chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(a, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+    // f16 bits of 0.5, -1.0, 2.0.
+    assert_eq!(
+        f.tensor_bytes("b").unwrap(),
+        [0x00, 0x38, 0x00, 0xbc, 0x00, 0x40]
+    );
+    // Q8_0 block: f16 scale 1/127 (0x2008), then quants -127, -123, ...
+    let q = f.tensor_bytes("q").unwrap();
+    assert_eq!((q.len(), &q[..4]), (68, &[0x08, 0x20, 0x81, 0x85][..]));
+}
+
+/// Re-writing gguf-py's file with our writer gives back the same bytes.
+#[test]
+fn writer_matches_gguf_py_byte_for_byte() {
+    let original = include_bytes!("../../tests/fixtures/gguf_py_small.gguf");
+    let f = GgufFile::from_bytes(original.to_vec()).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in &f.metadata {
+        w.add_metadata(k.clone(), v.clone()).unwrap();
+    }
+    for t in &f.tensors {
+        w.add_tensor(t.name.clone(), &t.dims, t.ty, f.tensor_data(t))
+            .unwrap();
+    }
+    assert_eq!(w.to_bytes(), original);
+}
+
 fn model_path(file: &str) -> Option<PathBuf> {
     let dir =
         std::env::var_os("ISHIZUKI_TEST_MODELS").unwrap_or_else(|| "/work/cache/models".into());
@@ -321,6 +397,22 @@ fn check_real_model(file: &str, n_tensors: usize, arch: &str) {
     // Tensors fill the data section except for alignment padding.
     let data_len = f.bytes().len() as u64 - f.data_offset;
     assert!(covered <= data_len && data_len - covered < f.alignment * n_tensors as u64);
+    assert_rewrites_identically(&f);
+}
+
+/// Metadata and tensors written back through `GgufWriter` give the original file's bytes.
+fn assert_rewrites_identically(f: &GgufFile) {
+    let mut w = GgufWriter::new();
+    for (k, v) in &f.metadata {
+        w.add_metadata(k.clone(), v.clone()).unwrap();
+    }
+    for t in &f.tensors {
+        w.add_tensor(t.name.clone(), &t.dims, t.ty, f.tensor_data(t))
+            .unwrap();
+    }
+    let rewritten = w.to_bytes();
+    assert_eq!(rewritten.len(), f.bytes().len());
+    assert!(rewritten == f.bytes(), "rewritten bytes differ");
 }
 
 #[test]
