@@ -173,6 +173,42 @@ impl Candidates {
             .fold(f32::NEG_INFINITY, |m, c| m.max(c.logit))
     }
 
+    /// `fill_from` followed by [`top_k`], fused: one pass over the vocabulary that keeps at most
+    /// `2k` candidates, pruning back to the best `k` whenever the buffer fills.
+    pub fn fill_top_k(&mut self, logits: &[f32], k: usize) {
+        if k == 0 || logits.contains(&f32::INFINITY) {
+            self.fill_from(logits);
+            top_k(self, k);
+            return;
+        }
+        self.items.clear();
+        let capacity = k.saturating_mul(2).max(64);
+        // ids ascend, so a later token equal to the threshold loses the tie: strictly greater only
+        let mut threshold = f32::NEG_INFINITY;
+        for (id, &logit) in logits.iter().enumerate() {
+            if logit > threshold {
+                self.items.push(Candidate {
+                    id: id as u32,
+                    logit,
+                });
+                if self.items.len() == capacity {
+                    self.sort_prefix_unordered(k);
+                    self.items.truncate(k);
+                    threshold = self.items[k - 1].logit;
+                }
+            }
+        }
+        self.sorted = false;
+        top_k(self, k);
+    }
+
+    /// Move the `n` best candidates to the front; the k-th best lands at index `n - 1`.
+    fn sort_prefix_unordered(&mut self, n: usize) {
+        if n > 0 && n < self.items.len() {
+            self.items.select_nth_unstable_by(n - 1, by_logit_desc);
+        }
+    }
+
     /// Sort the `n` best candidates to the front (descending); the rest stay unordered.
     fn sort_prefix(&mut self, n: usize) {
         let n = n.min(self.items.len());
@@ -358,8 +394,7 @@ impl Sampler {
         }
         let cfg = &self.config;
         let candidates = &mut self.candidates;
-        candidates.fill_from(logits);
-        top_k(candidates, cfg.top_k);
+        candidates.fill_top_k(logits, cfg.top_k);
         top_p(candidates, cfg.top_p);
         min_p(candidates, cfg.min_p);
         temperature(candidates, cfg.temperature);
@@ -477,6 +512,26 @@ mod tests {
         let ids: Vec<u32> = candidates.items.iter().map(|c| c.id).collect();
         assert_eq!(ids, [1, 4, 5]);
         assert!(candidates.sorted);
+    }
+
+    #[test]
+    fn fused_fill_top_k_matches_fill_then_top_k() {
+        let mut rng = Rng::new(8);
+        for (trial, k) in [1usize, 3, 40, 500, 5000].into_iter().enumerate() {
+            let mut logits: Vec<f32> = random_logits(&mut rng, 20_000, 30.0)
+                .iter()
+                .map(|l| (l * 4.0).round() / 4.0)
+                .collect();
+            logits[trial * 7] = f32::NAN;
+            logits[trial * 11 + 1] = f32::NEG_INFINITY;
+            let (mut fused, mut reference) = (Candidates::default(), Candidates::default());
+            fused.fill_top_k(&logits, k);
+            reference.fill_from(&logits);
+            top_k(&mut reference, k);
+            assert_eq!(fused.items, reference.items, "k {k}");
+            assert_eq!(fused.items.len(), k);
+            assert!(fused.sorted);
+        }
     }
 
     #[test]
