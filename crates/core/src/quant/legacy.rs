@@ -66,9 +66,10 @@ const _: () = {
 pub(super) fn dequantize_q4_0(src: &[u8], dst: &mut [f32]) {
     dequantize_blocks(src, dst, |b: &BlockQ4_0, y: &mut [f32; QK4_0]| {
         let d = f16_to_f32(b.d);
-        for (j, &q) in b.qs.iter().enumerate() {
-            y[j] = ((q & 0x0f) as i32 - 8) as f32 * d;
-            y[j + 16] = ((q >> 4) as i32 - 8) as f32 * d;
+        let (lo, hi) = y.split_at_mut(16);
+        for ((l, h), &q) in lo.iter_mut().zip(hi).zip(&b.qs) {
+            *l = ((q & 0x0f) as i32 - 8) as f32 * d;
+            *h = ((q >> 4) as i32 - 8) as f32 * d;
         }
     });
 }
@@ -76,22 +77,50 @@ pub(super) fn dequantize_q4_0(src: &[u8], dst: &mut [f32]) {
 pub(super) fn dequantize_q4_1(src: &[u8], dst: &mut [f32]) {
     dequantize_blocks(src, dst, |b: &BlockQ4_1, y: &mut [f32; QK4_1]| {
         let (d, m) = (f16_to_f32(b.d), f16_to_f32(b.m));
-        for (j, &q) in b.qs.iter().enumerate() {
-            y[j] = (q & 0x0f) as f32 * d + m;
-            y[j + 16] = (q >> 4) as f32 * d + m;
+        let (lo, hi) = y.split_at_mut(16);
+        for ((l, h), &q) in lo.iter_mut().zip(hi).zip(&b.qs) {
+            *l = (q & 0x0f) as f32 * d + m;
+            *h = (q >> 4) as f32 * d + m;
         }
     });
+}
+
+/// Byte k of entry b is 0x10 when bit k of b is set: spreads Q5 high bits to bytes.
+const HIGH_BIT_BYTES: [u64; 256] = {
+    let mut table = [0u64; 256];
+    let mut b = 0;
+    while b < 256 {
+        let mut k = 0;
+        while k < 8 {
+            if (b >> k) & 1 == 1 {
+                table[b] |= 0x10 << (8 * k);
+            }
+            k += 1;
+        }
+        b += 1;
+    }
+    table
+};
+
+/// The fifth bit (0 or 0x10) of each of the 32 elements of a Q5 block.
+#[inline(always)]
+fn q5_high_bits(qh: [u8; 4]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    for (o, &b) in out.chunks_exact_mut(8).zip(&qh) {
+        o.copy_from_slice(&HIGH_BIT_BYTES[b as usize].to_le_bytes());
+    }
+    out
 }
 
 pub(super) fn dequantize_q5_0(src: &[u8], dst: &mut [f32]) {
     dequantize_blocks(src, dst, |b: &BlockQ5_0, y: &mut [f32; QK5_0]| {
         let d = f16_to_f32(b.d);
-        let qh = u32::from_le_bytes(b.qh);
-        for (j, &q) in b.qs.iter().enumerate() {
-            let h0 = ((qh >> j) << 4) & 0x10;
-            let h1 = (qh >> (j + 12)) & 0x10;
-            y[j] = (((q & 0x0f) as u32 | h0) as i32 - 16) as f32 * d;
-            y[j + 16] = (((q >> 4) as u32 | h1) as i32 - 16) as f32 * d;
+        let high = q5_high_bits(b.qh);
+        let (lo, hi) = y.split_at_mut(16);
+        let (hb0, hb1) = high.split_at(16);
+        for ((((l, h), &q), &h0), &h1) in lo.iter_mut().zip(hi).zip(&b.qs).zip(hb0).zip(hb1) {
+            *l = (((q & 0x0f) | h0) as i32 - 16) as f32 * d;
+            *h = (((q >> 4) | h1) as i32 - 16) as f32 * d;
         }
     });
 }
@@ -99,12 +128,12 @@ pub(super) fn dequantize_q5_0(src: &[u8], dst: &mut [f32]) {
 pub(super) fn dequantize_q5_1(src: &[u8], dst: &mut [f32]) {
     dequantize_blocks(src, dst, |b: &BlockQ5_1, y: &mut [f32; QK5_1]| {
         let (d, m) = (f16_to_f32(b.d), f16_to_f32(b.m));
-        let qh = u32::from_le_bytes(b.qh);
-        for (j, &q) in b.qs.iter().enumerate() {
-            let h0 = ((qh >> j) << 4) & 0x10;
-            let h1 = (qh >> (j + 12)) & 0x10;
-            y[j] = ((q & 0x0f) as u32 | h0) as f32 * d + m;
-            y[j + 16] = ((q >> 4) as u32 | h1) as f32 * d + m;
+        let high = q5_high_bits(b.qh);
+        let (lo, hi) = y.split_at_mut(16);
+        let (hb0, hb1) = high.split_at(16);
+        for ((((l, h), &q), &h0), &h1) in lo.iter_mut().zip(hi).zip(&b.qs).zip(hb0).zip(hb1) {
+            *l = ((q & 0x0f) | h0) as f32 * d + m;
+            *h = ((q >> 4) | h1) as f32 * d + m;
         }
     });
 }

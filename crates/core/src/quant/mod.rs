@@ -117,23 +117,27 @@ fn dequantize_blocks<B: Pod, const N: usize>(
     }
 }
 
-/// IEEE binary16 (little-endian bytes) to f32; exact for every non-NaN value.
+/// IEEE binary16 (little-endian bytes) to f32; exact for every non-NaN value, NaN payloads
+/// kept. Branch-free selects, so loops over f16 data vectorise.
 #[inline(always)]
 pub fn f16_to_f32(bytes: [u8; 2]) -> f32 {
+    const MAGIC: u32 = 113 << 23; // 2^-14, the smallest normal f16
     let h = u16::from_le_bytes(bytes) as u32;
     let sign = (h & 0x8000) << 16;
-    let exp = h & 0x7c00;
-    let man = h & 0x03ff;
-    let bits = if exp == 0x7c00 {
-        sign | 0x7f80_0000 | (man << 13) // inf / NaN
-    } else if exp != 0 {
-        sign | (((h & 0x7fff) + 0x1_c000) << 13) // normal: rebias 15 -> 127
+    let shifted = (h & 0x7fff) << 13; // exponent and mantissa in f32 position
+    let exp = shifted & 0x0f80_0000;
+    let normal = shifted + ((127 - 15) << 23);
+    let inf_nan = normal + ((128 - 16) << 23);
+    // subnormal m * 2^-24 computed exactly as (2^-14 + m * 2^-24) - 2^-14
+    let subnormal = (f32::from_bits(shifted + MAGIC) - f32::from_bits(MAGIC)).to_bits();
+    let bits = if exp == 0x0f80_0000 {
+        inf_nan
+    } else if exp == 0 {
+        subnormal
     } else {
-        // zero or subnormal: man * 2^-24 is exact in f32
-        let magnitude = man as f32 * (1.0 / 16_777_216.0);
-        return f32::from_bits(sign | magnitude.to_bits());
+        normal
     };
-    f32::from_bits(bits)
+    f32::from_bits(bits | sign)
 }
 
 /// f32 to IEEE binary16 bytes, round to nearest even (GGML_FP32_TO_FP16, numpy astype).
@@ -148,9 +152,15 @@ fn dequantize_f32(src: &[u8], dst: &mut [f32]) {
     }
 }
 
+/// Through an aligned stack buffer so half's runtime-dispatched (F16C) slice conversion
+/// applies; exact for every non-NaN value like `f16_to_f32`.
 fn dequantize_f16(src: &[u8], dst: &mut [f32]) {
-    for (d, s) in dst.iter_mut().zip(src.chunks_exact(2)) {
-        *d = f16_to_f32([s[0], s[1]]);
+    use half::slice::HalfFloatSliceExt;
+    let mut buf = [half::f16::ZERO; 64];
+    for (s, d) in src.chunks(128).zip(dst.chunks_mut(64)) {
+        let buf = &mut buf[..d.len()];
+        bytemuck::cast_slice_mut::<_, u8>(buf).copy_from_slice(s);
+        buf.convert_to_f32_slice(d);
     }
 }
 
