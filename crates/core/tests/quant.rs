@@ -332,3 +332,37 @@ fn q8_k_blocks_follow_the_reference_semantics() {
     let mut too_few = [bytemuck::Zeroable::zeroed(); 3];
     assert!(quantize_row_q8_k(&x, &mut too_few).is_err());
 }
+
+#[test]
+fn q8_1_blocks_carry_the_scaled_quant_sum() {
+    use ishizuki_core::quant::{f16_to_f32, quantize_row_q8_0, quantize_row_q8_1, BlockQ8_0};
+    use ishizuki_core::quant::{BlockQ8_1, QK8_1};
+    let x = gaussian_row(512, 3);
+    let mut q8_1: Vec<BlockQ8_1> = vec![bytemuck::Zeroable::zeroed(); x.len() / QK8_1];
+    let mut q8_0: Vec<BlockQ8_0> = vec![bytemuck::Zeroable::zeroed(); x.len() / QK8_1];
+    quantize_row_q8_1(&x, &mut q8_1).unwrap();
+    quantize_row_q8_0(&x, &mut q8_0).unwrap();
+    for (xb, (a, b)) in x.chunks_exact(QK8_1).zip(q8_1.iter().zip(&q8_0)) {
+        assert_eq!((a.d, a.qs), (b.d, b.qs), "quants and scale as Q8_0");
+        let sum: i32 = a.qs.iter().map(|&q| q as i32).sum();
+        let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let want = half::f16::from_f32(sum as f32 * (amax / 127.0));
+        assert_eq!(f16_to_f32(a.s).to_bits(), want.to_f32().to_bits());
+    }
+}
+
+#[test]
+fn byte_slices_cast_to_blocks_at_any_address() {
+    use ishizuki_core::quant::{try_as_blocks, BlockQ4K, BlockQ6K};
+    let bytes = vec![0u8; 2 * 144 + 1];
+    let blocks: &[BlockQ4K] = try_as_blocks(&bytes[1..]).unwrap();
+    assert_eq!(blocks.len(), 2);
+    assert!(matches!(
+        try_as_blocks::<BlockQ4K>(&bytes[..200]),
+        Err(Error::Shape(_))
+    ));
+    assert!(matches!(
+        try_as_blocks::<BlockQ6K>(&bytes[1..]),
+        Err(Error::Shape(_))
+    ));
+}

@@ -8,6 +8,7 @@ pub const QK4_1: usize = 32;
 pub const QK5_0: usize = 32;
 pub const QK5_1: usize = 32;
 pub const QK8_0: usize = 32;
+pub const QK8_1: usize = 32;
 
 /// x = d * (q - 8); element j in the low nibble of qs[j], element j+16 in the high nibble.
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
@@ -53,6 +54,16 @@ pub struct BlockQ8_0 {
     pub qs: [i8; QK8_0],
 }
 
+/// Activation blocks for Q4_1 / Q5_1 dot products: x = d * q, and s = d * sum(q) so the
+/// min term of the weight block folds into one multiply.
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ8_1 {
+    pub d: [u8; 2],
+    pub s: [u8; 2],
+    pub qs: [i8; QK8_1],
+}
+
 const _: () = {
     use std::mem::size_of;
     assert!(size_of::<BlockQ4_0>() == GgmlType::Q4_0.type_size());
@@ -60,6 +71,7 @@ const _: () = {
     assert!(size_of::<BlockQ5_0>() == GgmlType::Q5_0.type_size());
     assert!(size_of::<BlockQ5_1>() == GgmlType::Q5_1.type_size());
     assert!(size_of::<BlockQ8_0>() == GgmlType::Q8_0.type_size());
+    assert!(size_of::<BlockQ8_1>() == GgmlType::Q8_1.type_size());
     assert!(QK4_0 == GgmlType::Q4_0.block_size() && QK8_0 == GgmlType::Q8_0.block_size());
 };
 
@@ -272,6 +284,24 @@ pub fn quantize_row_q8_0(x: &[f32], y: &mut [BlockQ8_0]) -> Result<()> {
         for (q, &v) in b.qs.iter_mut().zip(xb) {
             *q = (v * id).round() as i8;
         }
+    }
+    Ok(())
+}
+
+/// quantize_row_q8_1_ref: as Q8_0, plus s = fp16(sum(q) * d) with d before f16 rounding.
+pub fn quantize_row_q8_1(x: &[f32], y: &mut [BlockQ8_1]) -> Result<()> {
+    check_blocks("Q8_1", x.len(), y.len(), QK8_1)?;
+    for (xb, b) in x.chunks_exact(QK8_1).zip(y.iter_mut()) {
+        let amax = xb.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+        let d = amax / 127.0;
+        let id = inverse_or_zero(d);
+        b.d = f32_to_f16(d);
+        let mut sum = 0i32;
+        for (q, &v) in b.qs.iter_mut().zip(xb) {
+            *q = (v * id).round() as i8;
+            sum += *q as i32;
+        }
+        b.s = f32_to_f16(sum as f32 * d);
     }
     Ok(())
 }

@@ -13,11 +13,12 @@ use bytemuck::Pod;
 pub use iquants::{BlockIQ4NL, BlockIQ4XS, KVALUES_IQ4NL};
 pub use kquantize::{quantize_row_q4_k, quantize_row_q6_k, quantize_row_q8_k};
 pub use kquants::{
-    get_scale_min_k4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K,
+    get_scale_min_k4, q3k_scale, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K,
 };
 pub use legacy::{
     quantize_row_q4_0, quantize_row_q4_1, quantize_row_q5_0, quantize_row_q5_1, quantize_row_q8_0,
-    BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK4_0, QK4_1, QK5_0, QK5_1, QK8_0,
+    quantize_row_q8_1, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, QK4_0,
+    QK4_1, QK5_0, QK5_1, QK8_0, QK8_1,
 };
 
 /// Dequantises one row: `src` holds exactly `dst.len()` elements of `ty`.
@@ -61,6 +62,7 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<()> {
         Q5_0 => quantize_row_q5_0(src, as_blocks_mut(dst))?,
         Q5_1 => quantize_row_q5_1(src, as_blocks_mut(dst))?,
         Q8_0 => quantize_row_q8_0(src, as_blocks_mut(dst))?,
+        Q8_1 => quantize_row_q8_1(src, as_blocks_mut(dst))?,
         Q4_K => quantize_row_q4_k(src, as_blocks_mut(dst))?,
         Q6_K => quantize_row_q6_k(src, as_blocks_mut(dst))?,
         Q8_K => quantize_row_q8_k(src, as_blocks_mut(dst))?,
@@ -82,13 +84,21 @@ fn check_row(ty: GgmlType, n_bytes: usize, n_elements: usize) -> Result<()> {
     Ok(())
 }
 
-/// Views bytes as blocks. Blocks have alignment 1 and the caller has checked the length,
-/// so the cast cannot fail.
-pub fn as_blocks<B: Pod>(bytes: &[u8]) -> &[B] {
+/// Views bytes as blocks (e.g. `BlockQ4K`): a shape error unless the length is a whole number
+/// of blocks. Every block type has alignment 1, so any address works.
+pub fn try_as_blocks<B: Pod>(bytes: &[u8]) -> Result<&[B]> {
+    bytemuck::try_cast_slice(bytes).map_err(|e| {
+        let size = std::mem::size_of::<B>();
+        Error::Shape(format!("{} bytes as blocks of {size}: {e}", bytes.len()))
+    })
+}
+
+/// Infallible view for lengths already checked by `check_row` (alignment is 1).
+fn as_blocks<B: Pod>(bytes: &[u8]) -> &[B] {
     bytemuck::cast_slice(bytes)
 }
 
-pub fn as_blocks_mut<B: Pod>(bytes: &mut [u8]) -> &mut [B] {
+fn as_blocks_mut<B: Pod>(bytes: &mut [u8]) -> &mut [B] {
     bytemuck::cast_slice_mut(bytes)
 }
 
