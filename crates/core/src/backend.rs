@@ -73,7 +73,8 @@ pub trait Backend: Send + Sync {
     /// Row-wise RMS normalisation of `x (rows, w.len())` in place.
     fn rms_norm(&self, x: &mut [f32], w: &[f32], eps: f32, kind: NormKind);
 
-    /// Rotates `x (rows, n_head, head_dim)` in place; `positions[r]` is row r's position.
+    /// Rotates `x (rows, n_head, head_dim)` in place; `positions[r]` is row r's position,
+    /// multiplied by `freq_scale` (linear rope scaling; 1.0 = none).
     #[allow(clippy::too_many_arguments)]
     fn rope(
         &self,
@@ -82,6 +83,7 @@ pub trait Backend: Send + Sync {
         head_dim: usize,
         positions: &[u32],
         theta: f32,
+        freq_scale: f32,
         kind: RopeKind,
     );
 

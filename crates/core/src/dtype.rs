@@ -106,7 +106,7 @@ impl GgmlType {
     /// Bytes of a row of `n` elements; `None` when `n` is not a multiple of the block or overflows.
     pub fn row_bytes(self, n: u64) -> Option<u64> {
         let (bs, ts) = self.block_layout();
-        if n % bs as u64 != 0 {
+        if !n.is_multiple_of(bs as u64) {
             return None;
         }
         (n / bs as u64).checked_mul(ts as u64)

@@ -1,1 +1,81 @@
-//! ishizuki-cpu
+//! CPU backend: persistent thread pool, runtime-dispatched SIMD, quantized matmul, attention.
+pub mod attention;
+pub mod matmul;
+pub mod ops;
+pub mod pool;
+pub mod simd;
+
+use half::f16;
+use ishizuki_core::backend::{Activation, AttnParams, NormKind, RopeKind};
+use ishizuki_core::{Backend, Result, WeightView};
+use pool::ThreadPool;
+
+pub struct CpuBackend {
+    pool: ThreadPool,
+}
+
+impl CpuBackend {
+    /// `n_threads` = 0 picks the number of available cores.
+    pub fn new(n_threads: usize) -> CpuBackend {
+        let n = if n_threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            n_threads
+        };
+        CpuBackend {
+            pool: ThreadPool::new(n),
+        }
+    }
+
+    pub fn n_threads(&self) -> usize {
+        self.pool.n_threads()
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> String {
+        format!("cpu ({:?}, {} threads)", simd::tier(), self.n_threads())
+    }
+
+    fn matmul(&self, w: &WeightView, x: &[f32], rows: usize, out: &mut [f32]) -> Result<()> {
+        matmul::matmul(&self.pool, w, x, rows, out)
+    }
+
+    fn embed(&self, table: &WeightView, ids: &[u32], out: &mut [f32]) -> Result<()> {
+        matmul::embed(table, ids, out)
+    }
+
+    fn rms_norm(&self, x: &mut [f32], w: &[f32], eps: f32, kind: NormKind) {
+        ops::rms_norm(x, w, eps, kind)
+    }
+
+    fn rope(
+        &self,
+        x: &mut [f32],
+        n_head: usize,
+        head_dim: usize,
+        positions: &[u32],
+        theta: f32,
+        freq_scale: f32,
+        kind: RopeKind,
+    ) {
+        ops::rope(x, n_head, head_dim, positions, theta, freq_scale, kind)
+    }
+
+    fn attention(
+        &self,
+        q: &[f32],
+        k: &[f16],
+        v: &[f16],
+        n_kv: usize,
+        positions: &[u32],
+        p: &AttnParams,
+        out: &mut [f32],
+    ) -> Result<()> {
+        attention::attention(&self.pool, q, k, v, n_kv, positions, p, out)
+    }
+
+    fn glu(&self, gate: &mut [f32], up: &[f32], act: Activation) {
+        ops::glu(gate, up, act)
+    }
+}

@@ -1,0 +1,115 @@
+//! Elementwise and row ops: RMS norm, rotary embedding, gated activations.
+use ishizuki_core::backend::{Activation, NormKind, RopeKind};
+
+pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32, kind: NormKind) {
+    let n = w.len();
+    if n == 0 {
+        return;
+    }
+    for row in x.chunks_exact_mut(n) {
+        let ss: f64 = row.iter().map(|v| (*v as f64) * (*v as f64)).sum();
+        let scale = (1.0 / ((ss / n as f64) + eps as f64).sqrt()) as f32;
+        match kind {
+            NormKind::Rms => row
+                .iter_mut()
+                .zip(w)
+                .for_each(|(v, wi)| *v = *v * scale * wi),
+            NormKind::RmsPlusOne => row
+                .iter_mut()
+                .zip(w)
+                .for_each(|(v, wi)| *v = *v * scale * (1.0 + wi)),
+        }
+    }
+}
+
+/// Rotates pairs by `pos * freq_scale * theta^(-2i/head_dim)`; angles in f64 so long contexts
+/// stay exact.
+pub fn rope(
+    x: &mut [f32],
+    n_head: usize,
+    head_dim: usize,
+    positions: &[u32],
+    theta: f32,
+    freq_scale: f32,
+    kind: RopeKind,
+) {
+    let half = head_dim / 2;
+    let inv_freq: Vec<f64> = (0..half)
+        .map(|i| (theta as f64).powf(-2.0 * i as f64 / head_dim as f64))
+        .collect();
+    let mut cos_sin = vec![(0f32, 0f32); half];
+    for (row, &pos) in x.chunks_exact_mut(n_head * head_dim).zip(positions) {
+        for (cs, f) in cos_sin.iter_mut().zip(&inv_freq) {
+            let a = pos as f64 * freq_scale as f64 * f;
+            *cs = (a.cos() as f32, a.sin() as f32);
+        }
+        for head in row.chunks_exact_mut(head_dim) {
+            for (i, &(c, s)) in cos_sin.iter().enumerate() {
+                let (a, b) = match kind {
+                    RopeKind::Norm => (2 * i, 2 * i + 1),
+                    RopeKind::Neox => (i, i + half),
+                };
+                let (x0, x1) = (head[a], head[b]);
+                head[a] = x0 * c - x1 * s;
+                head[b] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+pub fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)).tanh())
+}
+
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+pub fn glu(gate: &mut [f32], up: &[f32], act: Activation) {
+    match act {
+        Activation::SwiGlu => gate.iter_mut().zip(up).for_each(|(g, u)| *g = silu(*g) * u),
+        Activation::GeGluTanh => gate
+            .iter_mut()
+            .zip(up)
+            .for_each(|(g, u)| *g = gelu_tanh(*g) * u),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rms_norm_unit_rows() {
+        let mut x = vec![3.0, 4.0, 0.0, 0.0];
+        rms_norm(&mut x, &[1.0, 1.0], 0.0, NormKind::Rms);
+        let r = (12.5f32).sqrt();
+        assert!((x[0] - 3.0 / r).abs() < 1e-6 && (x[1] - 4.0 / r).abs() < 1e-6);
+        assert_eq!(&x[2..], &[0.0, 0.0]);
+        let mut y = vec![1.0, 1.0];
+        rms_norm(&mut y, &[1.0, -0.5], 0.0, NormKind::RmsPlusOne);
+        assert!((y[0] - 2.0).abs() < 1e-6 && (y[1] - 0.5).abs() < 1e-6);
+    }
+
+    #[test]
+    fn rope_rotates_pairs_by_position() {
+        let mut x = vec![1.0, 0.0, 1.0, 0.0];
+        rope(&mut x, 1, 4, &[1], 10000.0, 1.0, RopeKind::Norm);
+        assert!((x[0] - 1f32.cos()).abs() < 1e-6 && (x[1] - 1f32.sin()).abs() < 1e-6);
+        let f = 10000f64.powf(-0.5);
+        assert!((x[2] as f64 - f.cos()).abs() < 1e-6);
+        let mut y = vec![1.0, 1.0, 0.0, 0.0];
+        rope(&mut y, 1, 4, &[2], 10000.0, 1.0, RopeKind::Neox);
+        assert!((y[0] - 2f32.cos()).abs() < 1e-6 && (y[2] - 2f32.sin()).abs() < 1e-6);
+        let mut z = vec![0.5, -0.25];
+        rope(&mut z, 1, 2, &[0], 10000.0, 1.0, RopeKind::Norm);
+        assert_eq!(z, vec![0.5, -0.25]);
+    }
+
+    #[test]
+    fn activations_match_known_values() {
+        assert!((gelu_tanh(1.0) - 0.841_192).abs() < 1e-5);
+        assert!((silu(1.0) - 0.731_058_6).abs() < 1e-6);
+    }
+}

@@ -1,0 +1,221 @@
+//! THE decoder: one forward for every architecture, driven by `TransformerConfig` flags.
+use crate::arch::config_from_gguf;
+use crate::config::TransformerConfig;
+use crate::kv_cache::KvCache;
+use crate::weights::{load_weights, LayerWeights, ModelWeights};
+use crate::ModelError;
+use ishizuki_core::backend::AttnParams;
+use ishizuki_core::{Backend, Error};
+use ishizuki_formats::GgufFile;
+use std::path::Path;
+
+/// Which rows of logits a forward returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    /// Only the last token's (decode, end of prefill).
+    Last,
+    /// Every token's (perplexity, draft verification).
+    All,
+    /// None (prefill chunks that are not the last).
+    None,
+}
+
+pub struct Model {
+    pub config: TransformerConfig,
+    weights: ModelWeights,
+    file: GgufFile,
+}
+
+impl Model {
+    pub fn load(path: impl AsRef<Path>) -> Result<Model, ModelError> {
+        Model::from_gguf(GgufFile::open(path).map_err(|e| ModelError::Core(e.into()))?)
+    }
+
+    pub fn from_gguf(file: GgufFile) -> Result<Model, ModelError> {
+        let config = config_from_gguf(&file)?;
+        let weights = load_weights(&file, &config)?;
+        Ok(Model {
+            config,
+            weights,
+            file,
+        })
+    }
+
+    pub fn file(&self) -> &GgufFile {
+        &self.file
+    }
+
+    pub fn new_cache(&self, n_ctx: usize) -> KvCache {
+        KvCache::new(&self.config, n_ctx)
+    }
+
+    /// Bytes of weights read per decoded token.
+    pub fn weight_bytes(&self) -> usize {
+        self.file.tensors.iter().map(|t| t.n_bytes as usize).sum()
+    }
+
+    /// Runs `tokens` at positions `cache.len()..`, appending to the cache.
+    /// Returns `(rows, n_vocab)` logits for the rows `want` selects.
+    pub fn forward(
+        &self,
+        be: &dyn Backend,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        want: Logits,
+    ) -> Result<Vec<f32>, ModelError> {
+        let c = &self.config;
+        let (n, start) = (tokens.len(), cache.len());
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        if start + n > cache.n_ctx() {
+            return Err(Error::ContextOverflow {
+                n_prompt: start + n,
+                n_ctx: cache.n_ctx(),
+            }
+            .into());
+        }
+        let positions: Vec<u32> = (start..start + n).map(|p| p as u32).collect();
+        let mut x = vec![0f32; n * c.n_embd];
+        be.embed(&self.weights.tok_embd.view(&self.file), tokens, &mut x)?;
+        if let Some(s) = c.embd_scale {
+            x.iter_mut().for_each(|v| *v *= s);
+        }
+        dump("inp_embd", &x, c.n_embd);
+        for (il, lw) in self.weights.layers.iter().enumerate() {
+            self.layer(be, il, lw, &mut x, &positions, cache)?;
+        }
+        cache.set_len(start + n);
+        let rows = match want {
+            Logits::None => return Ok(Vec::new()),
+            Logits::Last => &mut x[(n - 1) * c.n_embd..],
+            Logits::All => &mut x[..],
+        };
+        be.rms_norm(rows, &self.weights.out_norm, c.norm_eps, c.norm_kind);
+        let n_rows = rows.len() / c.n_embd;
+        let head = self
+            .weights
+            .lm_head
+            .as_ref()
+            .unwrap_or(&self.weights.tok_embd);
+        let mut logits = vec![0f32; n_rows * c.n_vocab];
+        be.matmul(&head.view(&self.file), rows, n_rows, &mut logits)?;
+        if let Some(cap) = c.final_softcap {
+            logits.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
+        }
+        dump("logits", &logits, c.n_vocab);
+        Ok(logits)
+    }
+
+    fn layer(
+        &self,
+        be: &dyn Backend,
+        il: usize,
+        lw: &LayerWeights,
+        x: &mut [f32],
+        positions: &[u32],
+        cache: &mut KvCache,
+    ) -> Result<(), ModelError> {
+        let c = &self.config;
+        let f = &self.file;
+        let n = positions.len();
+        let la = c.layers[il];
+        let mut attn_norm = x.to_vec();
+        be.rms_norm(&mut attn_norm, &lw.attn_norm, c.norm_eps, c.norm_kind);
+        let mut q = vec![0f32; n * c.q_dim()];
+        let mut k = vec![0f32; n * c.kv_dim()];
+        let mut v = vec![0f32; n * c.kv_dim()];
+        be.matmul(&lw.wq.view(f), &attn_norm, n, &mut q)?;
+        be.matmul(&lw.wk.view(f), &attn_norm, n, &mut k)?;
+        be.matmul(&lw.wv.view(f), &attn_norm, n, &mut v)?;
+        add_bias(&mut q, lw.bq.as_deref());
+        add_bias(&mut k, lw.bk.as_deref());
+        add_bias(&mut v, lw.bv.as_deref());
+        if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
+            be.rms_norm(&mut q, qn, c.norm_eps, c.norm_kind);
+            be.rms_norm(&mut k, kn, c.norm_eps, c.norm_kind);
+        }
+        let freq_scale = 1.0 / la.rope_scale;
+        be.rope(
+            &mut q,
+            c.n_head,
+            c.head_dim,
+            positions,
+            la.rope_theta,
+            freq_scale,
+            c.rope_kind,
+        );
+        be.rope(
+            &mut k,
+            c.n_head_kv,
+            c.head_dim,
+            positions,
+            la.rope_theta,
+            freq_scale,
+            c.rope_kind,
+        );
+        cache.write(il, positions[0] as usize, &k, &v);
+        let n_kv = positions[n - 1] as usize + 1;
+        let (kc, vc) = cache.layer(il);
+        let params = AttnParams {
+            n_head: c.n_head,
+            n_head_kv: c.n_head_kv,
+            head_dim: c.head_dim,
+            scale: c.attn_scale,
+            window: la.window,
+            softcap: c.attn_softcap,
+        };
+        let mut kqv = vec![0f32; n * c.q_dim()];
+        be.attention(&q, kc, vc, n_kv, positions, &params, &mut kqv)?;
+        let mut attn_out = vec![0f32; n * c.n_embd];
+        be.matmul(&lw.wo.view(f), &kqv, n, &mut attn_out)?;
+        if let Some(w) = &lw.post_attn_norm {
+            be.rms_norm(&mut attn_out, w, c.norm_eps, c.norm_kind);
+        }
+        add_into(x, &attn_out);
+        dump(&format!("l{il}.attn_residual"), x, c.n_embd);
+
+        let mut ffn_inp = x.to_vec();
+        be.rms_norm(&mut ffn_inp, &lw.ffn_norm, c.norm_eps, c.norm_kind);
+        let mut gate = vec![0f32; n * c.n_ff];
+        let mut up = vec![0f32; n * c.n_ff];
+        be.matmul(&lw.w_gate.view(f), &ffn_inp, n, &mut gate)?;
+        be.matmul(&lw.w_up.view(f), &ffn_inp, n, &mut up)?;
+        be.glu(&mut gate, &up, c.activation);
+        let mut ffn_out = attn_out;
+        be.matmul(&lw.w_down.view(f), &gate, n, &mut ffn_out)?;
+        if let Some(w) = &lw.post_ffn_norm {
+            be.rms_norm(&mut ffn_out, w, c.norm_eps, c.norm_kind);
+        }
+        add_into(x, &ffn_out);
+        dump(&format!("l{il}.out"), x, c.n_embd);
+        Ok(())
+    }
+}
+
+fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
+    if let Some(b) = bias {
+        for row in x.chunks_exact_mut(b.len()) {
+            add_into(row, b);
+        }
+    }
+}
+
+fn add_into(x: &mut [f32], y: &[f32]) {
+    x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
+}
+
+/// `ISHIZUKI_DUMP=1` prints the last row of each named intermediate, for layer-by-layer
+/// comparison with a reference implementation.
+fn dump(name: &str, x: &[f32], width: usize) {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if !*ON.get_or_init(|| std::env::var_os("ISHIZUKI_DUMP").is_some()) || x.len() < width {
+        return;
+    }
+    let last = &x[x.len() - width..];
+    let sum: f64 = last.iter().map(|v| *v as f64).sum();
+    eprintln!(
+        "{name}: sum {sum:.6} first {:?}",
+        &last[..last.len().min(4)]
+    );
+}

@@ -1,0 +1,101 @@
+//! Tiny random llama and gemma3 configs against Hugging Face transformers (fp32); fixtures
+//! from scripts/gen_tiny_fixtures.py.
+use crate::{ids, read_json};
+use ishizuki_cpu::CpuBackend;
+use ishizuki_models::{Logits, Model};
+use std::path::PathBuf;
+
+fn fixture(arch: &str) -> (Model, serde_json::Value) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let reference = read_json(&dir.join(format!("tiny-{arch}.json")));
+    let model =
+        Model::load(dir.join(reference["gguf"].as_str().unwrap())).expect("tiny model loads");
+    (model, reference)
+}
+
+/// The reference keeps K/V in f32, we keep an f16 cache: ~1e-3 of rounding on logits of
+/// magnitude up to ~7; a wrong op shows up as errors of order 1.
+const TOLERANCE: f32 = 5e-3;
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()))
+}
+
+fn check_against_transformers(arch: &str) {
+    let (model, reference) = fixture(arch);
+    let tokens = ids(&reference["tokens"]);
+    let want: Vec<f32> = reference["logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|row| {
+            row.as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap() as f32)
+        })
+        .collect();
+    for threads in [1, 2] {
+        let be = CpuBackend::new(threads);
+        let mut cache = model.new_cache(tokens.len());
+        let all = model
+            .forward(&be, &tokens, &mut cache, Logits::All)
+            .unwrap();
+        let err = max_abs_diff(&all, &want);
+        assert!(
+            err < TOLERANCE,
+            "{arch}: prefill logits differ from transformers by {err}"
+        );
+
+        // Decode one token at a time through the cache: the same logits as the full forward.
+        let mut cache = model.new_cache(tokens.len());
+        let n_vocab = model.config.n_vocab;
+        for (i, t) in tokens.iter().enumerate() {
+            let row = model.forward(&be, &[*t], &mut cache, Logits::Last).unwrap();
+            let err = max_abs_diff(&row, &want[i * n_vocab..(i + 1) * n_vocab]);
+            assert!(err < TOLERANCE, "{arch}: decode step {i} differs by {err}");
+        }
+
+        // Chunked prefill after a truncate: the cache rolls back and refills exactly.
+        cache.truncate(3);
+        let rest = model
+            .forward(&be, &tokens[3..], &mut cache, Logits::All)
+            .unwrap();
+        let err = max_abs_diff(&rest, &want[3 * n_vocab..]);
+        assert!(
+            err < TOLERANCE,
+            "{arch}: prefill after truncate differs by {err}"
+        );
+    }
+}
+
+#[test]
+fn tiny_llama_matches_transformers() {
+    check_against_transformers("llama");
+}
+
+#[test]
+fn tiny_gemma3_matches_transformers() {
+    check_against_transformers("gemma3");
+}
+
+#[test]
+fn prompt_longer_than_context_is_an_error() {
+    let (model, reference) = fixture("llama");
+    let tokens = ids(&reference["tokens"]);
+    let be = CpuBackend::new(1);
+    let mut cache = model.new_cache(tokens.len() - 1);
+    let err = model
+        .forward(&be, &tokens, &mut cache, Logits::Last)
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("does not fit the context"),
+        "{err}"
+    );
+    assert_eq!(
+        cache.len(),
+        0,
+        "a failed forward leaves the cache as it was"
+    );
+}
