@@ -2,3 +2,10 @@
 
 pub mod template;
 pub use template::{ChatMessage, ChatTemplate, TemplateError, TemplateLimits};
+
+pub mod stream;
+pub mod tokenizer;
+pub use stream::StreamDecoder;
+pub use tokenizer::{
+    SpmFlavor, TokenType, Tokenizer, TokenizerError, TokenizerModel, TokenizerSpec,
+};

@@ -1,0 +1,469 @@
+//! Tokenizers built from GGUF metadata: byte-level BPE (`gpt2`) and SentencePiece BPE (`llama`),
+//! matching the Hugging Face tokenizer that transformers builds from the same file (and
+//! llama.cpp's `llama-tokenize`).
+mod bpe;
+mod gguf;
+mod merge;
+mod pretokenize;
+mod special;
+mod spm;
+
+use bpe::BpeModel;
+use rustc_hash::FxHashMap;
+use special::{Fragment, SpecialMatcher};
+use spm::SpmModel;
+
+/// Which algorithm a vocabulary uses (`tokenizer.ggml.model`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TokenizerModel {
+    /// `gpt2`: byte-level BPE with merge ranks.
+    #[default]
+    Bpe,
+    /// `llama`: SentencePiece BPE merged by token score, with `<0xXX>` byte fallback.
+    Spm,
+}
+
+/// Variants of SentencePiece handling that the file format does not record, picked by
+/// architecture the way transformers does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SpmFlavor {
+    /// Pairs merge by the score of the token they form.
+    #[default]
+    Default,
+    /// Gemma: pairs merge by the position of the token they form (earlier first), since Gemma's
+    /// scores do not follow its merge order; runs of spaces, stored with real spaces, are
+    /// ordinary vocabulary entries spelled with U+2581 rather than tokens matched in raw text.
+    Gemma,
+}
+
+/// llama.cpp's token types (`tokenizer.ggml.token_type`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TokenType {
+    #[default]
+    Normal,
+    Unknown,
+    Control,
+    UserDefined,
+    Unused,
+    Byte,
+}
+
+impl TokenType {
+    /// The GGUF code: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte; anything
+    /// else (0 is "undefined") reads as normal.
+    pub fn from_code(code: i64) -> TokenType {
+        match code {
+            2 => TokenType::Unknown,
+            3 => TokenType::Control,
+            4 => TokenType::UserDefined,
+            5 => TokenType::Unused,
+            6 => TokenType::Byte,
+            _ => TokenType::Normal,
+        }
+    }
+
+    /// Control and unknown tokens: dropped by `decode(.., skip_special = true)`.
+    pub fn is_special(self) -> bool {
+        matches!(self, TokenType::Control | TokenType::Unknown)
+    }
+}
+
+/// Everything a tokenizer is built from, as plain vectors (what the GGUF keys hold).
+#[derive(Clone, Debug, Default)]
+pub struct TokenizerSpec {
+    pub model: TokenizerModel,
+    /// `tokenizer.ggml.pre` (byte-level BPE only); empty means GPT-2's split.
+    pub pre: String,
+    /// Spellings as stored: byte-level characters for BPE, U+2581 for spaces in SentencePiece.
+    pub tokens: Vec<String>,
+    /// One per token, or empty for all normal.
+    pub token_types: Vec<TokenType>,
+    /// One per token (SentencePiece merge priority), or empty for all zero.
+    pub scores: Vec<f32>,
+    /// `"left right"` spellings, best first (BPE).
+    pub merges: Vec<String>,
+    pub bos_id: Option<u32>,
+    pub eos_id: Option<u32>,
+    pub unk_id: Option<u32>,
+    pub eot_id: Option<u32>,
+    pub eom_id: Option<u32>,
+    /// `None` takes llama.cpp's default: SentencePiece adds BOS, BPE does not.
+    pub add_bos: Option<bool>,
+    pub add_eos: Option<bool>,
+    /// `None` takes llama.cpp's default: true for SentencePiece.
+    pub add_space_prefix: Option<bool>,
+    pub spm_flavor: SpmFlavor,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizerError {
+    #[error("tokenizer metadata: missing {0}")]
+    Missing(&'static str),
+    #[error("tokenizer metadata: {key}: {rule}")]
+    Invalid { key: &'static str, rule: String },
+    #[error("unsupported tokenizer model {0:?} (supported: gpt2, llama)")]
+    UnsupportedModel(String),
+    #[error("pre-tokenizer regex {0}")]
+    Regex(String),
+}
+
+impl From<TokenizerError> for ishizuki_core::Error {
+    fn from(e: TokenizerError) -> Self {
+        ishizuki_core::Error::Format(e.to_string())
+    }
+}
+
+/// Variable-length byte strings in one buffer: entry `i` is `bytes[ends[i-1]..ends[i]]`.
+#[derive(Default)]
+struct Arena {
+    bytes: Vec<u8>,
+    ends: Vec<u32>,
+}
+
+impl Arena {
+    fn push(&mut self, b: &[u8]) {
+        self.bytes.extend_from_slice(b);
+        self.ends.push(self.bytes.len() as u32);
+    }
+    fn get(&self, i: usize) -> Option<&[u8]> {
+        let end = *self.ends.get(i)? as usize;
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        Some(&self.bytes[start..end])
+    }
+}
+
+enum Model {
+    Bpe(BpeModel),
+    Spm(SpmModel),
+}
+
+/// End-of-generation spellings llama.cpp recognises besides the EOS id.
+const EOG_SPELLINGS: &[&str] = &[
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+];
+
+pub struct Tokenizer {
+    model: Model,
+    kind: TokenizerModel,
+    /// Stored spelling -> id.
+    vocab: FxHashMap<Box<[u8]>, u32>,
+    spellings: Arena,
+    /// What each token writes when decoded.
+    pieces: Arena,
+    types: Vec<TokenType>,
+    /// SentencePiece merge priority of each token (higher merges first).
+    spm_priority: Vec<f64>,
+    specials: SpecialMatcher,
+    bos_id: Option<u32>,
+    eos_id: Option<u32>,
+    eog: Vec<u32>,
+    add_bos: bool,
+    add_eos: bool,
+    add_space_prefix: bool,
+}
+
+fn check_len<T>(v: &[T], n: usize, key: &'static str) -> Result<(), TokenizerError> {
+    if v.is_empty() || v.len() == n {
+        return Ok(());
+    }
+    Err(TokenizerError::Invalid {
+        key,
+        rule: format!("{} entries for a vocabulary of {n}", v.len()),
+    })
+}
+
+fn check_id(id: Option<u32>, n: usize, key: &'static str) -> Result<Option<u32>, TokenizerError> {
+    match id {
+        Some(i) if i as usize >= n => Err(TokenizerError::Invalid {
+            key,
+            rule: format!("id {i} is outside the vocabulary of {n}"),
+        }),
+        _ => Ok(id),
+    }
+}
+
+impl Tokenizer {
+    pub fn from_gguf(file: &ishizuki_formats::GgufFile) -> Result<Tokenizer, TokenizerError> {
+        Self::from_spec(gguf::spec_from_gguf(file)?)
+    }
+
+    pub fn from_spec(spec: TokenizerSpec) -> Result<Tokenizer, TokenizerError> {
+        let n = spec.tokens.len();
+        if n == 0 {
+            return Err(TokenizerError::Missing("tokenizer.ggml.tokens (empty)"));
+        }
+        if n >= u32::MAX as usize {
+            return Err(TokenizerError::Invalid {
+                key: "tokenizer.ggml.tokens",
+                rule: format!("{n} entries do not fit u32 ids"),
+            });
+        }
+        check_len(&spec.token_types, n, "tokenizer.ggml.token_type")?;
+        check_len(&spec.scores, n, "tokenizer.ggml.scores")?;
+        let types = if spec.token_types.is_empty() {
+            vec![TokenType::Normal; n]
+        } else {
+            spec.token_types
+        };
+        let gemma = spec.model == TokenizerModel::Spm && spec.spm_flavor == SpmFlavor::Gemma;
+        let spm_priority: Vec<f64> = match (spec.model, gemma) {
+            (TokenizerModel::Bpe, _) => Vec::new(),
+            (TokenizerModel::Spm, true) => (0..n).map(|i| -(i as f64)).collect(),
+            (TokenizerModel::Spm, false) if spec.scores.is_empty() => vec![0.0; n],
+            (TokenizerModel::Spm, false) => spec.scores.iter().map(|&s| f64::from(s)).collect(),
+        };
+        let bos_id = check_id(spec.bos_id, n, "tokenizer.ggml.bos_token_id")?;
+        let eos_id = check_id(spec.eos_id, n, "tokenizer.ggml.eos_token_id")?;
+        let unk_id = check_id(spec.unk_id, n, "tokenizer.ggml.unknown_token_id")?;
+        let eot_id = check_id(spec.eot_id, n, "tokenizer.ggml.eot_token_id")?;
+        let eom_id = check_id(spec.eom_id, n, "tokenizer.ggml.eom_token_id")?;
+
+        let mut vocab = FxHashMap::default();
+        vocab.reserve(n);
+        let mut spellings = Arena::default();
+        spellings
+            .bytes
+            .reserve(spec.tokens.iter().map(String::len).sum());
+        let mut respelled = vec![false; if gemma { n } else { 0 }];
+        for (id, t) in spec.tokens.iter().enumerate() {
+            let key: Box<[u8]> = if gemma && is_space_run(t) {
+                respelled[id] = true;
+                spm::SPACE_MARK
+                    .repeat(t.chars().count())
+                    .into_bytes()
+                    .into()
+            } else {
+                t.as_bytes().into()
+            };
+            vocab.insert(key, id as u32);
+            spellings.push(t.as_bytes());
+        }
+        let lookup = |s: &str| vocab.get(s.as_bytes()).copied();
+        let pieces = decoded_pieces(spec.model, &spec.tokens, &types);
+        let model = match spec.model {
+            TokenizerModel::Bpe => {
+                Model::Bpe(BpeModel::new(&spec.pre, &spec.merges, lookup, unk_id)?)
+            }
+            TokenizerModel::Spm => {
+                Model::Spm(SpmModel::new(byte_token_ids(&spec.tokens, &types), unk_id))
+            }
+        };
+        let specials = SpecialMatcher::new(
+            spec.tokens
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| !respelled.get(i).copied().unwrap_or(false))
+                .map(|(i, t)| (i as u32, t.as_str(), types[i])),
+        );
+        let mut eog: Vec<u32> = [eos_id, eot_id, eom_id].into_iter().flatten().collect();
+        eog.extend(EOG_SPELLINGS.iter().filter_map(|s| lookup(s)));
+        eog.sort_unstable();
+        eog.dedup();
+        let is_spm = spec.model == TokenizerModel::Spm;
+        Ok(Tokenizer {
+            model,
+            kind: spec.model,
+            vocab,
+            spellings,
+            pieces,
+            types,
+            spm_priority,
+            specials,
+            bos_id,
+            eos_id,
+            eog,
+            add_bos: spec.add_bos.unwrap_or(is_spm),
+            add_eos: spec.add_eos.unwrap_or(false),
+            add_space_prefix: is_spm && spec.add_space_prefix.unwrap_or(true),
+        })
+    }
+}
+
+/// Gemma's whitespace-run tokens: all whitespace with at least one space.
+fn is_space_run(t: &str) -> bool {
+    t.contains(' ') && t.chars().all(char::is_whitespace)
+}
+
+/// The bytes each token writes when decoded: byte-level spellings turned back into bytes (BPE),
+/// U+2581 back into a space and `<0xXX>` into its byte (SentencePiece); control and user-defined
+/// tokens write their spelling as is.
+fn decoded_pieces(model: TokenizerModel, tokens: &[String], types: &[TokenType]) -> Arena {
+    let mut pieces = Arena::default();
+    pieces.bytes.reserve(tokens.iter().map(String::len).sum());
+    pieces.ends.reserve(tokens.len());
+    let char_to_byte: FxHashMap<char, u8> = bpe::byte_to_char_table()
+        .iter()
+        .enumerate()
+        .map(|(b, &c)| (c, b as u8))
+        .collect();
+    let mut scratch = Vec::new();
+    for (t, &ty) in tokens.iter().zip(types) {
+        let verbatim = matches!(
+            ty,
+            TokenType::Control | TokenType::Unknown | TokenType::UserDefined
+        );
+        match model {
+            _ if verbatim => pieces.push(t.as_bytes()),
+            TokenizerModel::Bpe => {
+                scratch.clear();
+                bpe::decode_byte_level(t, &char_to_byte, &mut scratch);
+                pieces.push(&scratch);
+            }
+            TokenizerModel::Spm => match spm::parse_byte_token(t) {
+                Some(b) if ty == TokenType::Byte => pieces.push(&[b]),
+                _ if t.contains(spm::SPACE_MARK) => {
+                    pieces.push(t.replace(spm::SPACE_MARK, " ").as_bytes())
+                }
+                _ => pieces.push(t.as_bytes()),
+            },
+        }
+    }
+    pieces
+}
+
+/// The `<0xXX>` token for each byte (the last of equal spellings), `u32::MAX` where missing.
+fn byte_token_ids(tokens: &[String], types: &[TokenType]) -> [u32; 256] {
+    let mut ids = [u32::MAX; 256];
+    for (id, (t, &ty)) in tokens.iter().zip(types).enumerate() {
+        if matches!(ty, TokenType::Byte | TokenType::Normal | TokenType::Unused) {
+            if let Some(b) = spm::parse_byte_token(t) {
+                ids[b as usize] = id as u32;
+            }
+        }
+    }
+    ids
+}
+
+impl Tokenizer {
+    /// Token ids for `text`. `add_special` adds BOS/EOS where this vocabulary asks for them;
+    /// `parse_special` turns the spelling of a control token (`<|im_start|>`) into that token.
+    /// User-defined tokens are always matched whole.
+    pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<u32> {
+        let mut out = Vec::with_capacity(text.len() / 3 + 2);
+        if add_special && self.add_bos {
+            out.extend(self.bos_id);
+        }
+        let mut fragments = Vec::new();
+        self.specials.split(text, parse_special, &mut fragments);
+        // Metaspace's "first" scheme: a space goes before the start of the input only, unless
+        // the input already starts with one.
+        let mut at_start = true;
+        for fragment in fragments {
+            match fragment {
+                Fragment::Token(id) => out.push(id),
+                Fragment::Text(s) => {
+                    let prefix = self.add_space_prefix && at_start && !s.starts_with(' ');
+                    self.encode_plain(s, prefix, &mut out);
+                }
+            }
+            at_start = false;
+        }
+        if add_special && self.add_eos {
+            out.extend(self.eos_id);
+        }
+        out
+    }
+
+    fn encode_plain(&self, text: &str, space_prefix: bool, out: &mut Vec<u32>) {
+        match &self.model {
+            Model::Bpe(m) => m.encode(text, out),
+            Model::Spm(m) => {
+                let lookup = |s: &[u8]| {
+                    let id = *self.vocab.get(s)?;
+                    Some((id, self.spm_priority[id as usize]))
+                };
+                m.encode(text, space_prefix, lookup, out)
+            }
+        }
+    }
+
+    /// The text of `ids`. `skip_special` drops control and unknown tokens. Invalid UTF-8 becomes
+    /// U+FFFD; ids outside the vocabulary are ignored. A SentencePiece vocabulary that prefixes a
+    /// space when encoding drops one leading space here.
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> String {
+        let mut bytes = Vec::new();
+        for &id in ids {
+            if skip_special && self.token_type(id).is_some_and(TokenType::is_special) {
+                continue;
+            }
+            bytes.extend_from_slice(self.token_bytes(id));
+        }
+        let text = if self.add_space_prefix && bytes.first() == Some(&b' ') {
+            &bytes[1..]
+        } else {
+            &bytes[..]
+        };
+        String::from_utf8_lossy(text).into_owned()
+    }
+
+    /// The bytes token `id` writes when decoded (empty for an id outside the vocabulary).
+    pub fn token_bytes(&self, id: u32) -> &[u8] {
+        self.pieces.get(id as usize).unwrap_or(&[])
+    }
+
+    /// The spelling stored in the vocabulary (`Ġthe`, `▁the`, `<|im_start|>`).
+    pub fn token_text(&self, id: u32) -> Option<&str> {
+        std::str::from_utf8(self.spellings.get(id as usize)?).ok()
+    }
+
+    /// The id of a stored spelling.
+    pub fn token_to_id(&self, spelling: &str) -> Option<u32> {
+        self.vocab.get(spelling.as_bytes()).copied()
+    }
+
+    pub fn token_type(&self, id: u32) -> Option<TokenType> {
+        self.types.get(id as usize).copied()
+    }
+
+    pub fn model(&self) -> TokenizerModel {
+        self.kind
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.types.len()
+    }
+
+    pub fn bos_id(&self) -> Option<u32> {
+        self.bos_id
+    }
+
+    pub fn eos_id(&self) -> Option<u32> {
+        self.eos_id
+    }
+
+    /// Whether `encode(.., add_special = true, ..)` starts with BOS.
+    pub fn add_bos(&self) -> bool {
+        self.add_bos && self.bos_id.is_some()
+    }
+
+    pub fn add_eos(&self) -> bool {
+        self.add_eos && self.eos_id.is_some()
+    }
+
+    /// Whether encoding prefixes a space (and decoding drops one): SentencePiece only.
+    pub fn add_space_prefix(&self) -> bool {
+        self.add_space_prefix
+    }
+
+    /// End of generation: EOS, EOT/EOM where given, and the end-of-turn spellings llama.cpp
+    /// recognises (`<|im_end|>`, `<end_of_turn>`, `<|eot_id|>`, `<|endoftext|>`, ...).
+    pub fn is_eog(&self, id: u32) -> bool {
+        self.eog.binary_search(&id).is_ok()
+    }
+
+    /// All end-of-generation ids, ascending.
+    pub fn eog_ids(&self) -> &[u32] {
+        &self.eog
+    }
+}
