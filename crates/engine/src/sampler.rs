@@ -274,37 +274,65 @@ pub fn top_k(candidates: &mut Candidates, k: usize) {
 }
 
 /// Keep the smallest most-likely prefix whose softmax mass reaches `p` (at least one token).
-/// Unsorted input is ordered in growing partial selections, not one full sort of the vocabulary.
+/// Sorted input is scanned; unsorted input is narrowed by mass-weighted quickselect, expected
+/// O(vocab), and stays unsorted.
 pub fn top_p(candidates: &mut Candidates, p: f32) {
     if p >= 1.0 || candidates.items.is_empty() {
         return;
     }
     let max_logit = candidates.max_logit();
-    let denominator = candidates.softmax_denominator(max_logit);
-    let target = f64::from(p) * denominator;
-    let mut prefix = if candidates.sorted {
-        candidates.items.len()
+    let target = f64::from(p) * candidates.softmax_denominator(max_logit);
+    let keep = if candidates.sorted {
+        prefix_reaching(&candidates.items, max_logit, target)
     } else {
-        64
+        select_prefix_reaching(&mut candidates.items, max_logit, target)
     };
+    candidates.items.truncate(keep);
+}
+
+fn weight(c: &Candidate, max_logit: f32) -> f64 {
+    f64::from((c.logit - max_logit).exp())
+}
+
+/// Length of the shortest prefix of `items` whose weight reaches `target`, at least 1.
+fn prefix_reaching(items: &[Candidate], max_logit: f32, target: f64) -> usize {
+    let mut cumulative = 0.0;
+    for (i, c) in items.iter().enumerate() {
+        cumulative += weight(c, max_logit);
+        if cumulative >= target {
+            return i + 1;
+        }
+    }
+    items.len() // rounding kept the total just under the target: everything stays
+}
+
+/// Reorder `items` so the best `n` (in [`by_logit_desc`] order) come first, for the smallest `n`
+/// whose weight reaches `target`, and return `n`. Invariant: `items[..lo]` are kept and better
+/// than `items[lo..hi]`, which are better than `items[hi..]`, which are dropped.
+fn select_prefix_reaching(items: &mut [Candidate], max_logit: f32, mut target: f64) -> usize {
+    let (mut lo, mut hi) = (0, items.len());
     loop {
-        if !candidates.sorted {
-            candidates.sort_prefix(prefix);
+        let range = &mut items[lo..hi];
+        if range.len() <= 64 {
+            range.sort_unstable_by(by_logit_desc);
+            return lo
+                + prefix_reaching(range, max_logit, target)
+                    .max(1)
+                    .min(range.len());
         }
-        let mut cumulative = 0.0f64;
-        let limit = prefix.min(candidates.items.len());
-        for (i, c) in candidates.items[..limit].iter().enumerate() {
-            cumulative += f64::from((c.logit - max_logit).exp());
-            if cumulative >= target {
-                candidates.items.truncate(i + 1);
-                candidates.sorted = true;
-                return;
-            }
+        let mid = range.len() / 2;
+        range.select_nth_unstable_by(mid, by_logit_desc);
+        let better: f64 = range[..mid].iter().map(|c| weight(c, max_logit)).sum();
+        if better >= target {
+            hi = lo + mid;
+            continue;
         }
-        if limit == candidates.items.len() {
-            return; // rounding kept the total just under p: everything stays
+        let through_pivot = better + weight(&range[mid], max_logit);
+        if through_pivot >= target {
+            return lo + mid + 1;
         }
-        prefix = prefix.saturating_mul(16);
+        target -= through_pivot;
+        lo += mid + 1;
     }
 }
 
@@ -577,6 +605,23 @@ mod tests {
         candidates.fill_from(&logits);
         top_p(&mut candidates, p);
         assert_eq!(surviving_ids(&candidates), want);
+    }
+
+    #[test]
+    fn top_p_selection_matches_a_full_sort_for_many_p() {
+        let mut rng = Rng::new(12);
+        let logits = random_logits(&mut rng, 5_000, 24.0);
+        for p in [0.0f32, 1e-4, 0.05, 0.5, 0.9, 0.999] {
+            let mut sorted = Candidates::default();
+            sorted.fill_from(&logits);
+            sorted.sort_prefix(logits.len());
+            top_p(&mut sorted, p);
+            let mut selected = Candidates::default();
+            selected.fill_from(&logits);
+            top_p(&mut selected, p);
+            assert!(!selected.items.is_empty(), "p {p}");
+            assert_eq!(surviving_ids(&selected), surviving_ids(&sorted), "p {p}");
+        }
     }
 
     #[test]
