@@ -537,6 +537,40 @@ def feature_cases():
     ]
 
 
+# One-line templates for single behaviours, each rendered against SNIPPET_MESSAGES.
+SNIPPETS = [
+    "{{ 'a' ~ 'b' }}|{{ 3 / 2 }}|{{ 4 / 2 }}|{{ 7 // 2 }}|{{ -7 // 2 }}|{{ -1 % 3 }}|{{ 2 ** 10 }}|{{ 0.1 + 0.2 }}",
+    "{{ 1 == 1.0 }}|{{ 'a' in 'abc' }}|{{ true and 'x' }}|{{ none or 'y' }}|{{ 'x' if none else 'z' }}",
+    "{{ messages[-1].role }}|{{ messages[1:] | length }}|{{ messages[::-1][0].role }}|{{ (messages | last).content | length }}",
+    "{{ 'a,b'.split(',') }}|{{ 'a b  c'.split() }}|{{ 'x\ny'.splitlines() }}|{{ '-'.join(['a', 'b']) }}",
+    "{{ '  x  '.strip() }}|{{ 'xxhixx'.strip('x') }}|{{ 'ab'.upper() }}|{{ 'AB'.lower() }}|{{ 'hello world'.title() }}|{{ 'abc'.capitalize() }}",
+    "{{ 'abc'.startswith('a') }}|{{ 'abc'.endswith(('x', 'c')) }}|{{ 'abc'.find('c') }}|{{ 'aXa'.replace('a', 'b') }}|{{ 'abc'.count('b') }}",
+    "{{ '{} and {}'.format('x', 1) }}|{{ 'abc'[1:] }}|{{ 'abc'[-1] }}|{{ 'abc' | reverse }}|{{ 'x' * 3 }}",
+    "{{ [3, 1, 2] | sort }}|{{ [1, 1, 2] | unique | list }}|{{ [1, 2] | min }}|{{ [1, 2] | max }}|{{ [1, 2.5] | sum }}|{{ range(3) | list }}",
+    "{{ {'b': 1, 'a': 2} }}|{{ {'b': 1, 'a': 2} | tojson }}|{% for k, v in {'b': 1, 'a': 2} | dictsort %}{{ k }}{{ v }}{% endfor %}|{{ dict(x=1) | tojson }}",
+    "{% for k, v in {'b': 1, 'a': [none]}.items() %}{{ k }}={{ v }};{% endfor %}|{{ {'a': 1}.get('a') }}|{{ {'a': 1}.get('z', 'd') }}",
+    "{{ none | tojson }}|{{ 'é\t' | tojson }}|{{ [1, 'x'] | tojson }}|{{ 1.0 | tojson }}|{{ true | tojson }}|{{ 'x' | tojson(indent=2) }}",
+    "{{ '3' | int + 1 }}|{{ 3 | float }}|{{ 2.7 | int }}|{{ 10 | string | length }}|{{ 'x' | default('d') }}|{{ '' | default('d', true) }}",
+    "{{ messages | rejectattr('role', 'eq', 'system') | map(attribute='role') | list }}|{{ messages | selectattr('content') | list | length }}",
+    "{% macro m(a, b='d') %}{{ a }}{{ b }}{% endmacro %}{{ m(1) }}{{ m(1, b=2) }}|{% filter upper %}up{% endfilter %}|{% raw %}{{ x }}{% endraw %}",
+    "{% for m in messages %}{{ loop.index0 }}{{ loop.revindex }}{{ loop.first }}{{ loop.last }}{% if loop.previtem is defined %}<{{ loop.previtem.role }}{% endif %};{% endfor %}",
+    "{% for i in range(10) %}{% if i is even %}{% continue %}{% endif %}{% if i > 6 %}{% break %}{% endif %}{{ i }}{% endfor %}",
+    "{{ missing is defined }}|{{ none is none }}|{{ 'x' is string }}|{{ {} is mapping }}|{{ [1] is sequence }}|{{ 1 is number }}|{{ false is false }}|{{ 1 is true }}",
+    "{% set ns = namespace(a=[]) %}{% set ns.a = ns.a + [1] %}{{ ns.a }}|{% set x = [1, 2] + [3] %}{{ x }}|{{ x | length }}",
+    "  {% if true %}\n    kept indent\n  {% endif %}\n{%- if true %} dash {% endif -%}\n\nend {{- ' tight ' -}} x",
+    "{{ messages[1].content | length }}|{{ messages[1].content[0] }}|{{ messages[1].content.upper() }}",
+    "{{ nothing.here }}",
+    "{{ messages[0].content.no_such_method() }}",
+    "{{ '  multi\n  line' | indent(2) }}|{{ 'a  b' | wordcount if false else 'w' }}|{{ 'x y' | replace(' ', '_') }}|{{ 'Ab' | lower }}",
+]
+
+SNIPPET_MESSAGES = [s("You are a bot."), u("Grüße, ñandú 🦆!"), a("Hi")]
+
+
+def snippet_cases():
+    return [case(f"snippet_{i:02}", f"snippet_{i:02}", SNIPPET_MESSAGES, True) for i in range(len(SNIPPETS))]
+
+
 def render(tokenizer, templates, c):
     template = templates[c["template"]]
     extra = dict(c["extra"] or {})
@@ -554,7 +588,9 @@ def render(tokenizer, templates, c):
         )
         return {"expected": text}
     except jinja2.exceptions.TemplateError as err:
-        return {"error": str(err)}
+        # raise_exception raises the base class; its subclasses are engine errors (undefined, type)
+        key = "error" if type(err) is jinja2.exceptions.TemplateError else "engine_error"
+        return {key: str(err)}
 
 
 def main():
@@ -567,7 +603,9 @@ def main():
         "gemma3": {"source": GEMMA3, "bos_token": "<bos>", "eos_token": "<eos>"},
         "features": {"source": FEATURES, "bos_token": "<s>", "eos_token": "</s>"},
     }
-    cases = smollm2_cases() + llama_cases() + qwen_cases() + gemma_cases() + feature_cases()
+    for i, source in enumerate(SNIPPETS):
+        templates[f"snippet_{i:02}"] = {"source": source, "bos_token": "<s>", "eos_token": "</s>"}
+    cases = smollm2_cases() + llama_cases() + qwen_cases() + gemma_cases() + feature_cases() + snippet_cases()
     for c in cases:
         c.update(render(tokenizer, templates, c))
     golden = {

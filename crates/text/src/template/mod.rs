@@ -24,10 +24,11 @@ pub struct TemplateLimits {
 }
 
 impl TemplateLimits {
-    /// Generous for real templates (a long chat with tools takes well under 1M instructions).
+    /// Real templates spend roughly 50-150 instructions per message, so 10M covers ~100k
+    /// messages while capping a runaway template at about a second of work.
     pub const DEFAULT: TemplateLimits = TemplateLimits {
         max_output_bytes: 4 << 20,
-        fuel: 20_000_000,
+        fuel: 10_000_000,
     };
 }
 
@@ -117,7 +118,7 @@ impl ChatTemplate {
         env.add_function("strftime_now", builtins::strftime_now);
         env.set_fuel(Some(TemplateLimits::DEFAULT.fuel));
         env.add_template_owned(TEMPLATE_NAME, strip_generation_tags(source))
-            .map_err(|err| TemplateError::Syntax(describe(&err)))?;
+            .map_err(|err| TemplateError::Syntax(err.to_string()))?;
         Ok(ChatTemplate {
             env,
             bos_token: bos_token.to_string(),
@@ -148,7 +149,7 @@ impl ChatTemplate {
         let template = self
             .env
             .get_template(TEMPLATE_NAME)
-            .map_err(|err| TemplateError::Render(describe(&err)))?;
+            .map_err(|err| TemplateError::Render(err.to_string()))?;
         let overflowed = Cell::new(false);
         let mut writer = BoundedWriter {
             buffer: Vec::new(),
@@ -163,6 +164,16 @@ impl ChatTemplate {
             }),
             Err(err) => Err(self.classify(&err)),
         }
+    }
+
+    /// [`render`](Self::render) for plain `{role, content}` turns.
+    pub fn render_chat(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, TemplateError> {
+        let messages: Vec<JsonValue> = messages.iter().map(JsonValue::from).collect();
+        self.render(&messages, add_generation_prompt, None)
     }
 
     /// The variables HF passes: special tokens, then the caller's extras, then the fixed ones.
@@ -208,8 +219,8 @@ impl ChatTemplate {
             ErrorKind::OutOfFuel => TemplateError::Fuel {
                 limit: self.limits.fuel,
             },
-            ErrorKind::SyntaxError => TemplateError::Syntax(describe(err)),
-            _ => TemplateError::Render(describe(err)),
+            ErrorKind::SyntaxError => TemplateError::Syntax(err.to_string()),
+            _ => TemplateError::Render(err.to_string()),
         }
     }
 }
@@ -266,13 +277,6 @@ fn find_source<T: std::error::Error + 'static>(err: &minijinja::Error) -> Option
         current = error.source();
     }
     None
-}
-
-fn describe(err: &minijinja::Error) -> String {
-    match (err.name(), err.line()) {
-        (Some(_), Some(line)) => format!("{err} (line {line})"),
-        _ => err.to_string(),
-    }
 }
 
 /// Collects output and fails the write that would pass `limit` bytes.
