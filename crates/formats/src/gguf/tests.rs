@@ -363,6 +363,38 @@ fn writer_matches_gguf_py_byte_for_byte() {
     assert_eq!(w.to_bytes(), original);
 }
 
+/// Padding for a large alignment is streamed, and counted in the returned length.
+#[test]
+fn writer_streams_large_alignment_padding() {
+    let mut w = GgufWriter::new();
+    w.add_metadata(ALIGNMENT_KEY, 1u32 << 20).unwrap();
+    w.add_tensor("t", &[1], GgmlType::F32, vec![0u8; 4])
+        .unwrap();
+    let mut counted = 0u64;
+    let counter = CountingWriter {
+        inner: std::io::sink(),
+        n: &mut counted,
+    };
+    let written = w.write(counter).unwrap();
+    assert_eq!((written, counted), (2 << 20, 2 << 20));
+}
+
+struct CountingWriter<'a, W> {
+    inner: W,
+    n: &'a mut u64,
+}
+
+impl<W: std::io::Write> std::io::Write for CountingWriter<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        *self.n += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
 fn model_path(file: &str) -> Option<PathBuf> {
     let dir =
         std::env::var_os("ISHIZUKI_TEST_MODELS").unwrap_or_else(|| "/work/cache/models".into());

@@ -142,14 +142,13 @@ impl<'a> GgufWriter<'a> {
             put_u64(&mut head, offset);
             offset += (t.data.len() as u64).next_multiple_of(alignment);
         }
-        let data_start = (head.len() as u64).next_multiple_of(alignment);
-        head.resize(data_start as usize, 0);
         out.write_all(&head)?;
-        let zeros = vec![0u8; alignment as usize];
+        let data_start = (head.len() as u64).next_multiple_of(alignment);
+        write_zeros(&mut out, data_start - head.len() as u64)?;
         for t in &self.tensors {
             out.write_all(&t.data)?;
-            let pad = (t.data.len() as u64).next_multiple_of(alignment) - t.data.len() as u64;
-            out.write_all(&zeros[..pad as usize])?;
+            let len = t.data.len() as u64;
+            write_zeros(&mut out, len.next_multiple_of(alignment) - len)?;
         }
         out.flush()?;
         Ok(data_start + offset)
@@ -233,6 +232,17 @@ fn expected_bytes(name: &str, dims: &[u64], ty: GgmlType) -> Result<u64, GgufWri
         .ok_or_else(|| GgufWriteError::SizeOverflow {
             name: name.to_owned(),
         })
+}
+
+/// Padding, written in chunks: an alignment may be up to 2^31 bytes.
+fn write_zeros(out: &mut impl Write, mut n: u64) -> std::io::Result<()> {
+    const ZEROS: [u8; 4096] = [0; 4096];
+    while n > 0 {
+        let chunk = n.min(ZEROS.len() as u64);
+        out.write_all(&ZEROS[..chunk as usize])?;
+        n -= chunk;
+    }
+    Ok(())
 }
 
 fn put_u32(b: &mut Vec<u8>, v: u32) {
