@@ -1,1 +1,49 @@
-fn main() {}
+//! `ishizuki`: run, perplexity, tokenize, inspect, pull. Generated text goes to stdout,
+//! everything else to stderr.
+mod commands;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "ishizuki",
+    version,
+    about = "Native LLM inference for quantized model packs"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text from a prompt.
+    Run(commands::run::RunArgs),
+    /// Perplexity of a text file over non-overlapping windows.
+    Perplexity(commands::perplexity::PerplexityArgs),
+    /// Print the token ids of a text.
+    Tokenize(commands::tokenize::TokenizeArgs),
+    /// Print a GGUF file's metadata and tensor table.
+    Inspect(commands::inspect::InspectArgs),
+    /// Fetch curated models into the cache.
+    Pull(commands::pull::PullArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(a) => commands::run::run(a),
+        Command::Perplexity(a) => commands::perplexity::run(a),
+        Command::Tokenize(a) => commands::tokenize::run(a),
+        Command::Inspect(a) => commands::inspect::run(a),
+        Command::Pull(a) => commands::pull::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
