@@ -16,7 +16,8 @@ pub struct Case {
     pub check: fn(&E) -> bool,
 }
 
-/// Pushes a case whose error must match `$pat` and name byte `$at`.
+/// Pushes a case whose error must match `$pat` and name byte `$at`. Invoked with braces,
+/// which rustfmt leaves as written, so each case stays one table row.
 macro_rules! case {
     ($cases:ident, $name:literal, $raw:expr, $at:expr, $pat:pat) => {
         $cases.push(Case {
