@@ -395,6 +395,17 @@ impl<W: std::io::Write> std::io::Write for CountingWriter<'_, W> {
     }
 }
 
+#[test]
+fn open_reports_typed_errors_for_empty_and_missing_files() {
+    let path =
+        std::env::temp_dir().join(format!("ishizuki-gguf-empty-{}.gguf", std::process::id()));
+    std::fs::write(&path, b"").unwrap();
+    let empty = GgufFile::open(&path);
+    std::fs::remove_file(&path).unwrap();
+    assert!(matches!(empty, Err(GgufError::Truncated { offset: 0, .. })));
+    assert!(matches!(GgufFile::open(&path), Err(GgufError::Io(_))));
+}
+
 fn model_path(file: &str) -> Option<PathBuf> {
     let dir =
         std::env::var_os("ISHIZUKI_TEST_MODELS").unwrap_or_else(|| "/work/cache/models".into());
