@@ -2,7 +2,7 @@
 //! found through ISHIZUKI_TEST_MODELS), plus tiny synthetic vocabularies built with `from_spec`.
 use ishizuki_formats::GgufFile;
 use ishizuki_text::{
-    StreamDecoder, TokenType, Tokenizer, TokenizerError, TokenizerModel, TokenizerSpec,
+    SpmFlavor, StreamDecoder, TokenType, Tokenizer, TokenizerError, TokenizerModel, TokenizerSpec,
 };
 use serde_json::Value;
 use std::path::PathBuf;
@@ -367,6 +367,54 @@ fn spm_space_prefix_is_added_and_dropped_again() {
     assert_eq!(text, "hi");
     let mut continuing = StreamDecoder::continuation(true);
     assert_eq!(continuing.push(&t, 7), " hi");
+}
+
+fn tiny_flavored(flavor: SpmFlavor) -> Tokenizer {
+    let tokens = ["<unk>", "  ", "▁", "a", "▁a", "ab", "b"];
+    let types = [2, 4, 1, 1, 1, 1, 1];
+    let scores = [0.0, -1.0, -2.0, -3.0, -10.0, 0.0, -3.0];
+    Tokenizer::from_spec(TokenizerSpec {
+        model: TokenizerModel::Spm,
+        tokens: tokens.iter().map(|s| s.to_string()).collect(),
+        token_types: types.into_iter().map(TokenType::from_code).collect(),
+        scores: scores.to_vec(),
+        unk_id: Some(0),
+        add_space_prefix: Some(false),
+        spm_flavor: flavor,
+        ..TokenizerSpec::default()
+    })
+    .unwrap()
+}
+
+#[test]
+fn gemma_flavor_merges_by_position_and_respells_space_runs() {
+    let by_score = tiny_flavored(SpmFlavor::Default);
+    let by_position = tiny_flavored(SpmFlavor::Gemma);
+    // "ab" scores best, but "▁a" comes first in the vocabulary.
+    assert_eq!(by_score.encode(" ab", false, false), [2, 5]);
+    assert_eq!(by_position.encode(" ab", false, false), [4, 6]);
+    // The stored "  " is an ordinary entry spelled "▁▁" for Gemma, matched in raw text otherwise.
+    assert_eq!(by_position.token_to_id("▁▁"), Some(1));
+    assert_eq!(by_score.token_to_id("  "), Some(1));
+    assert_eq!(by_position.encode("  b", false, false), [1, 6]);
+    assert_eq!(by_position.decode(&[1, 6], false), "  b");
+}
+
+#[test]
+fn generated_reference_outputs_decode_to_their_text() {
+    for m in models() {
+        let t = &m.tokenizer;
+        let doc = read_json(&format!("ref-{}.json", m.stem));
+        for c in doc["cases"].as_array().unwrap() {
+            let out = ids(&c["output_ids"]);
+            let want = c["output_text"].as_str().unwrap();
+            let text = t.decode(&out, false);
+            // The reference text sometimes leaves out the closing EOS spelling.
+            let eos_text = t.token_text(t.eos_id().unwrap()).unwrap();
+            let matches = text == want || text.strip_suffix(eos_text) == Some(want);
+            assert!(matches, "{}: {text:?} vs {want:?}", m.stem);
+        }
+    }
 }
 
 #[test]

@@ -7,11 +7,13 @@ mod merge;
 mod pretokenize;
 mod special;
 mod spm;
+mod vocab;
 
 use bpe::BpeModel;
 use rustc_hash::FxHashMap;
 use special::{Fragment, SpecialMatcher};
 use spm::SpmModel;
+use vocab::{Arena, VocabTable};
 
 /// Which algorithm a vocabulary uses (`tokenizer.ggml.model`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -113,25 +115,6 @@ impl From<TokenizerError> for ishizuki_core::Error {
     }
 }
 
-/// Variable-length byte strings in one buffer: entry `i` is `bytes[ends[i-1]..ends[i]]`.
-#[derive(Default)]
-struct Arena {
-    bytes: Vec<u8>,
-    ends: Vec<u32>,
-}
-
-impl Arena {
-    fn push(&mut self, b: &[u8]) {
-        self.bytes.extend_from_slice(b);
-        self.ends.push(self.bytes.len() as u32);
-    }
-    fn get(&self, i: usize) -> Option<&[u8]> {
-        let end = *self.ends.get(i)? as usize;
-        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
-        Some(&self.bytes[start..end])
-    }
-}
-
 enum Model {
     Bpe(BpeModel),
     Spm(SpmModel),
@@ -156,9 +139,9 @@ const EOG_SPELLINGS: &[&str] = &[
 pub struct Tokenizer {
     model: Model,
     kind: TokenizerModel,
-    /// Stored spelling -> id.
-    vocab: FxHashMap<Box<[u8]>, u32>,
+    /// Spellings as looked up (Gemma's space runs respelled with U+2581), and their index.
     spellings: Arena,
+    vocab: VocabTable,
     /// What each token writes when decoded.
     pieces: Arena,
     types: Vec<TokenType>,
@@ -200,17 +183,8 @@ impl Tokenizer {
 
     pub fn from_spec(spec: TokenizerSpec) -> Result<Tokenizer, TokenizerError> {
         let n = spec.tokens.len();
-        if n == 0 {
-            return Err(TokenizerError::Missing("tokenizer.ggml.tokens (empty)"));
-        }
-        if n >= u32::MAX as usize {
-            return Err(TokenizerError::Invalid {
-                key: "tokenizer.ggml.tokens",
-                rule: format!("{n} entries do not fit u32 ids"),
-            });
-        }
-        check_len(&spec.token_types, n, "tokenizer.ggml.token_type")?;
-        check_len(&spec.scores, n, "tokenizer.ggml.scores")?;
+        check_sizes(&spec)?;
+        let ids = SpecialIds::check(&spec)?;
         let types = if spec.token_types.is_empty() {
             vec![TokenType::Normal; n]
         } else {
@@ -223,50 +197,25 @@ impl Tokenizer {
             (TokenizerModel::Spm, false) if spec.scores.is_empty() => vec![0.0; n],
             (TokenizerModel::Spm, false) => spec.scores.iter().map(|&s| f64::from(s)).collect(),
         };
-        let bos_id = check_id(spec.bos_id, n, "tokenizer.ggml.bos_token_id")?;
-        let eos_id = check_id(spec.eos_id, n, "tokenizer.ggml.eos_token_id")?;
-        let unk_id = check_id(spec.unk_id, n, "tokenizer.ggml.unknown_token_id")?;
-        let eot_id = check_id(spec.eot_id, n, "tokenizer.ggml.eot_token_id")?;
-        let eom_id = check_id(spec.eom_id, n, "tokenizer.ggml.eom_token_id")?;
-
-        let mut vocab = FxHashMap::default();
-        vocab.reserve(n);
-        let mut spellings = Arena::default();
-        spellings
-            .bytes
-            .reserve(spec.tokens.iter().map(String::len).sum());
-        let mut respelled = vec![false; if gemma { n } else { 0 }];
-        for (id, t) in spec.tokens.iter().enumerate() {
-            let key: Box<[u8]> = if gemma && is_space_run(t) {
-                respelled[id] = true;
-                spm::SPACE_MARK
-                    .repeat(t.chars().count())
-                    .into_bytes()
-                    .into()
-            } else {
-                t.as_bytes().into()
-            };
-            vocab.insert(key, id as u32);
-            spellings.push(t.as_bytes());
-        }
-        let lookup = |s: &str| vocab.get(s.as_bytes()).copied();
-        let pieces = decoded_pieces(spec.model, &spec.tokens, &types);
+        let spellings = lookup_spellings(&spec.tokens, gemma);
+        let vocab = VocabTable::new(&spellings);
+        let lookup = |s: &str| vocab.get(&spellings, s.as_bytes());
         let model = match spec.model {
             TokenizerModel::Bpe => {
-                Model::Bpe(BpeModel::new(&spec.pre, &spec.merges, lookup, unk_id)?)
+                Model::Bpe(BpeModel::new(&spec.pre, &spec.merges, lookup, ids.unk)?)
             }
             TokenizerModel::Spm => {
-                Model::Spm(SpmModel::new(byte_token_ids(&spec.tokens, &types), unk_id))
+                Model::Spm(SpmModel::new(byte_token_ids(&spec.tokens, &types), ids.unk))
             }
         };
         let specials = SpecialMatcher::new(
             spec.tokens
                 .iter()
                 .enumerate()
-                .filter(|&(i, _)| !respelled.get(i).copied().unwrap_or(false))
+                .filter(|(_, t)| !(gemma && is_space_run(t)))
                 .map(|(i, t)| (i as u32, t.as_str(), types[i])),
         );
-        let mut eog: Vec<u32> = [eos_id, eot_id, eom_id].into_iter().flatten().collect();
+        let mut eog: Vec<u32> = [ids.eos, ids.eot, ids.eom].into_iter().flatten().collect();
         eog.extend(EOG_SPELLINGS.iter().filter_map(|s| lookup(s)));
         eog.sort_unstable();
         eog.dedup();
@@ -274,20 +223,73 @@ impl Tokenizer {
         Ok(Tokenizer {
             model,
             kind: spec.model,
-            vocab,
+            pieces: decoded_pieces(spec.model, &spec.tokens, &types),
             spellings,
-            pieces,
+            vocab,
             types,
             spm_priority,
             specials,
-            bos_id,
-            eos_id,
+            bos_id: ids.bos,
+            eos_id: ids.eos,
             eog,
             add_bos: spec.add_bos.unwrap_or(is_spm),
             add_eos: spec.add_eos.unwrap_or(false),
             add_space_prefix: is_spm && spec.add_space_prefix.unwrap_or(true),
         })
     }
+}
+
+fn check_sizes(spec: &TokenizerSpec) -> Result<(), TokenizerError> {
+    let n = spec.tokens.len();
+    if n == 0 {
+        return Err(TokenizerError::Missing("tokenizer.ggml.tokens (empty)"));
+    }
+    if n >= u32::MAX as usize {
+        return Err(TokenizerError::Invalid {
+            key: "tokenizer.ggml.tokens",
+            rule: format!("{n} entries do not fit u32 ids"),
+        });
+    }
+    check_len(&spec.token_types, n, "tokenizer.ggml.token_type")?;
+    check_len(&spec.scores, n, "tokenizer.ggml.scores")
+}
+
+struct SpecialIds {
+    bos: Option<u32>,
+    eos: Option<u32>,
+    unk: Option<u32>,
+    eot: Option<u32>,
+    eom: Option<u32>,
+}
+
+impl SpecialIds {
+    fn check(spec: &TokenizerSpec) -> Result<Self, TokenizerError> {
+        let n = spec.tokens.len();
+        Ok(SpecialIds {
+            bos: check_id(spec.bos_id, n, "tokenizer.ggml.bos_token_id")?,
+            eos: check_id(spec.eos_id, n, "tokenizer.ggml.eos_token_id")?,
+            unk: check_id(spec.unk_id, n, "tokenizer.ggml.unknown_token_id")?,
+            eot: check_id(spec.eot_id, n, "tokenizer.ggml.eot_token_id")?,
+            eom: check_id(spec.eom_id, n, "tokenizer.ggml.eom_token_id")?,
+        })
+    }
+}
+
+/// The spellings tokens are looked up by: as stored, except Gemma's space runs, which
+/// transformers respells with U+2581 so that they merge like the rest of the vocabulary.
+fn lookup_spellings(tokens: &[String], gemma: bool) -> Arena {
+    let mut spellings = Arena::with_capacity(tokens.len(), tokens.iter().map(String::len).sum());
+    for t in tokens {
+        if gemma && is_space_run(t) {
+            for _ in t.chars() {
+                spellings.extend(spm::SPACE_MARK.as_bytes());
+            }
+            spellings.finish_entry();
+        } else {
+            spellings.push(t.as_bytes());
+        }
+    }
+    spellings
 }
 
 /// Gemma's whitespace-run tokens: all whitespace with at least one space.
@@ -299,9 +301,7 @@ fn is_space_run(t: &str) -> bool {
 /// U+2581 back into a space and `<0xXX>` into its byte (SentencePiece); control and user-defined
 /// tokens write their spelling as is.
 fn decoded_pieces(model: TokenizerModel, tokens: &[String], types: &[TokenType]) -> Arena {
-    let mut pieces = Arena::default();
-    pieces.bytes.reserve(tokens.iter().map(String::len).sum());
-    pieces.ends.reserve(tokens.len());
+    let mut pieces = Arena::with_capacity(tokens.len(), tokens.iter().map(String::len).sum());
     let char_to_byte: FxHashMap<char, u8> = bpe::byte_to_char_table()
         .iter()
         .enumerate()
@@ -322,10 +322,15 @@ fn decoded_pieces(model: TokenizerModel, tokens: &[String], types: &[TokenType])
             }
             TokenizerModel::Spm => match spm::parse_byte_token(t) {
                 Some(b) if ty == TokenType::Byte => pieces.push(&[b]),
-                _ if t.contains(spm::SPACE_MARK) => {
-                    pieces.push(t.replace(spm::SPACE_MARK, " ").as_bytes())
+                _ => {
+                    for (i, part) in t.split(spm::SPACE_MARK).enumerate() {
+                        if i > 0 {
+                            pieces.extend(b" ");
+                        }
+                        pieces.extend(part.as_bytes());
+                    }
+                    pieces.finish_entry();
                 }
-                _ => pieces.push(t.as_bytes()),
             },
         }
     }
@@ -380,7 +385,7 @@ impl Tokenizer {
             Model::Bpe(m) => m.encode(text, out),
             Model::Spm(m) => {
                 let lookup = |s: &[u8]| {
-                    let id = *self.vocab.get(s)?;
+                    let id = self.vocab.get(&self.spellings, s)?;
                     Some((id, self.spm_priority[id as usize]))
                 };
                 m.encode(text, space_prefix, lookup, out)
@@ -412,14 +417,14 @@ impl Tokenizer {
         self.pieces.get(id as usize).unwrap_or(&[])
     }
 
-    /// The spelling stored in the vocabulary (`Ġthe`, `▁the`, `<|im_start|>`).
+    /// The vocabulary spelling (`Ġthe`, `▁the`, `<|im_start|>`; Gemma's space runs as U+2581).
     pub fn token_text(&self, id: u32) -> Option<&str> {
         std::str::from_utf8(self.spellings.get(id as usize)?).ok()
     }
 
     /// The id of a stored spelling.
     pub fn token_to_id(&self, spelling: &str) -> Option<u32> {
-        self.vocab.get(spelling.as_bytes()).copied()
+        self.vocab.get(&self.spellings, spelling.as_bytes())
     }
 
     pub fn token_type(&self, id: u32) -> Option<TokenType> {
