@@ -367,6 +367,16 @@ fn spm_space_prefix_is_added_and_dropped_again() {
     assert_eq!(text, "hi");
     let mut continuing = StreamDecoder::continuation(true);
     assert_eq!(continuing.push(&t, 7), " hi");
+    // Metaspace's "first" scheme: no second space, and none after a leading special token.
+    assert_eq!(t.encode(" hi", false, false), [7]);
+    assert_eq!(t.encode("<s>hi", false, true), [1, 8]);
+}
+
+#[test]
+fn tokenizer_and_stream_decoder_can_be_shared_across_threads() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<Tokenizer>();
+    shareable::<StreamDecoder>();
 }
 
 fn tiny_flavored(flavor: SpmFlavor) -> Tokenizer {
