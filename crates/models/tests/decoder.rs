@@ -1,11 +1,11 @@
 //! Tiny random llama and gemma3 configs against Hugging Face transformers (fp32); fixtures
 //! from scripts/gen_tiny_fixtures.py.
-use crate::{ids, read_json};
 use ishizuki_cpu::CpuBackend;
 use ishizuki_models::{Logits, Model};
-use std::path::PathBuf;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
 
-fn fixture(arch: &str) -> (Model, serde_json::Value) {
+fn fixture(arch: &str) -> (Model, Value) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     let reference = read_json(&dir.join(format!("tiny-{arch}.json")));
     let model =
@@ -98,4 +98,17 @@ fn prompt_longer_than_context_is_an_error() {
         0,
         "a failed forward leaves the cache as it was"
     );
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).expect("fixture json")
 }

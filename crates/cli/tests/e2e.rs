@@ -1,0 +1,172 @@
+//! `ishizuki` end to end on the two real models against ../shared/fixtures/ref-*.json: greedy
+//! tokens up to the first step whose reference margin is below 0.3, and passage perplexity within
+//! 1%. Models come from ISHIZUKI_TEST_MODELS; with ISHIZUKI_REQUIRE_MODELS=1 (CI) a missing model
+//! fails instead of skipping.
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Mutex;
+
+/// The CPU pool spins; two engines at once on two cores would only slow each other down.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+const MARGIN: f64 = 0.3;
+
+fn model_path(file: &str) -> Option<PathBuf> {
+    let dir = std::env::var_os("ISHIZUKI_TEST_MODELS")
+        .map_or_else(|| "/work/cache/models".into(), PathBuf::from);
+    let path = dir.join(file);
+    if path.exists() {
+        return Some(path);
+    }
+    assert!(
+        std::env::var_os("ISHIZUKI_REQUIRE_MODELS").is_none(),
+        "{} is missing",
+        path.display()
+    );
+    eprintln!(
+        "skipping: {} not found (set ISHIZUKI_TEST_MODELS)",
+        path.display()
+    );
+    None
+}
+
+fn fixtures_dir() -> PathBuf {
+    std::env::var_os("ISHIZUKI_FIXTURES").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures"),
+        PathBuf::from,
+    )
+}
+
+fn ishizuki(args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_ishizuki"))
+        .args(args)
+        .output()
+        .expect("ishizuki runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "ishizuki {args:?} failed: {stderr}");
+    let stdout = String::from_utf8(out.stdout).expect("utf-8 stdout");
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}): {stdout}"))
+}
+
+fn u32s(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
+}
+
+/// How many leading tokens must agree: up to the end, or up to the first low-margin step.
+fn steps_to_compare(margins: &[f64], n: usize) -> usize {
+    margins
+        .iter()
+        .take(n)
+        .position(|m| *m < MARGIN)
+        .unwrap_or(n)
+}
+
+fn check_greedy_cases(model: &str, reference: &Value) {
+    for (i, case) in reference["cases"].as_array().unwrap().iter().enumerate() {
+        let want = u32s(&case["output_ids"]);
+        let margins: Vec<f64> = case["margins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m.as_f64().unwrap())
+            .collect();
+        let n = want.len().to_string();
+        let mut args = vec!["run", "-m", model, "--temp", "0", "--json", "-n", &n];
+        let (prompt, system);
+        if case["kind"] == "chat" {
+            let messages = case["messages"].as_array().unwrap();
+            let find = |role: &str| {
+                messages
+                    .iter()
+                    .find(|m| m["role"] == role)
+                    .map(|m| m["content"].as_str().unwrap().to_string())
+            };
+            prompt = find("user").expect("a user message");
+            args.extend(["--chat", "-p", &prompt]);
+            system = find("system");
+            if let Some(s) = &system {
+                args.extend(["--system", s]);
+            }
+        } else {
+            prompt = case["prompt"].as_str().unwrap().to_string();
+            args.extend(["-p", &prompt]);
+        }
+        let got = ishizuki(&args);
+        assert_eq!(
+            got["n_prompt"].as_u64().unwrap() as usize,
+            case["prompt_ids"].as_array().unwrap().len(),
+            "case {i}: prompt length"
+        );
+        let tokens = u32s(&got["tokens"]);
+        let k = steps_to_compare(&margins, want.len());
+        assert!(
+            tokens.len() >= k,
+            "case {i}: {} tokens generated, {k} to compare",
+            tokens.len()
+        );
+        assert_eq!(
+            tokens[..k],
+            want[..k],
+            "case {i}: greedy tokens differ before the first margin < {MARGIN}"
+        );
+        assert_eq!(got["n_gen"].as_u64().unwrap() as usize, tokens.len());
+        eprintln!(
+            "{model} case {i}: {k} of {} tokens compared and equal",
+            want.len()
+        );
+    }
+}
+
+fn check_perplexity(model: &str, name: &str, reference: &Value) {
+    for (i, p) in reference["passages"].as_array().unwrap().iter().enumerate() {
+        let file = fixtures_dir().join(format!("ref-{name}-passage{i}.txt"));
+        let got = ishizuki(&[
+            "perplexity",
+            "-m",
+            model,
+            "-f",
+            file.to_str().unwrap(),
+            "--ctx",
+            "1024",
+            "--json",
+        ]);
+        let (ppl, want) = (got["ppl"].as_f64().unwrap(), p["ppl"].as_f64().unwrap());
+        eprintln!("{name} passage {i}: ppl {ppl:.4}, reference {want:.4}");
+        assert_eq!(
+            got["tokens"].as_u64().unwrap() as usize,
+            p["ids"].as_array().unwrap().len() - 1,
+            "passage {i}: tokens scored"
+        );
+        assert!(
+            (ppl / want - 1.0).abs() < 0.01,
+            "{name} passage {i}: ppl {ppl} vs reference {want}"
+        );
+    }
+}
+
+fn check_model(file: &str, name: &str) {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(path) = model_path(file) else { return };
+    let text = std::fs::read_to_string(fixtures_dir().join(format!("ref-{name}.json")))
+        .expect("reference fixture");
+    let reference: Value = serde_json::from_str(&text).unwrap();
+    let model = path.to_str().unwrap();
+    check_greedy_cases(model, &reference);
+    check_perplexity(model, name, &reference);
+}
+
+#[test]
+fn smollm2_135m_matches_reference() {
+    check_model("SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2-135m");
+}
+
+#[test]
+fn gemma3_270m_matches_reference() {
+    check_model("gemma-3-270m-q4_k_m.gguf", "gemma3-270m");
+}
