@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The test command: lints, the whole workspace's tests (real models fetched on first use into a
+# cache outside the clone), and the decoder again with the scalar CPU tier forced.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+cache=${ISHIZUKI_TEST_CACHE:-$HOME/.cache/ishizuki-test}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$cache/target}
+export ISHIZUKI_CACHE=$cache/ishizuki
+export ISHIZUKI_TEST_MODELS=$ISHIZUKI_CACHE/models
+export ISHIZUKI_REQUIRE_MODELS=1
+export ISHIZUKI_FIXTURES=${ISHIZUKI_FIXTURES:-$root/../shared/fixtures}
+export CARGO_TERM_COLOR=never
+
+start=$(date +%s)
+step() { echo "== $* ($(( $(date +%s) - start ))s)"; }
+
+step "format"
+cargo fmt --all --check
+step "clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+step "build"
+cargo build --locked -p ishizuki
+step "models"
+"$CARGO_TARGET_DIR/debug/ishizuki" pull smollm2-135m gemma3-270m
+step "tests"
+cargo test --workspace --locked
+step "tests with the scalar CPU tier forced"
+ISHIZUKI_CPU_TIER=scalar cargo test --locked -p ishizuki-cpu -p ishizuki-models
+step "done"
