@@ -170,3 +170,181 @@ fn smollm2_135m_matches_reference() {
 fn gemma3_270m_matches_reference() {
     check_model("gemma-3-270m-q4_k_m.gguf", "gemma3-270m");
 }
+
+/// Runs `ishizuki` expecting failure; returns stderr.
+fn ishizuki_fails(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_ishizuki"))
+        .args(args)
+        .output()
+        .expect("ishizuki runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "ishizuki {args:?} should fail cleanly: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    stderr
+}
+
+fn tiny_llama() -> String {
+    let p =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/tests/fixtures/tiny-llama.gguf");
+    p.to_str().unwrap().to_string()
+}
+
+#[test]
+fn same_seed_same_output() {
+    let model = tiny_llama();
+    let args = [
+        "run",
+        "-m",
+        &model,
+        "-p",
+        "hello world",
+        "-n",
+        "24",
+        "--temp",
+        "1.0",
+        "--seed",
+        "42",
+        "--json",
+        "-t",
+        "1",
+    ];
+    let (a, b) = (ishizuki(&args), ishizuki(&args));
+    assert_eq!(a["tokens"], b["tokens"]);
+    assert_eq!(u32s(&a["tokens"]).len(), 24);
+    let other = ishizuki(&[
+        "run",
+        "-m",
+        &model,
+        "-p",
+        "hello world",
+        "-n",
+        "24",
+        "--temp",
+        "1.0",
+        "--seed",
+        "7",
+        "--json",
+        "-t",
+        "1",
+    ]);
+    assert_ne!(
+        a["tokens"], other["tokens"],
+        "a different seed gives a different sample"
+    );
+}
+
+#[test]
+fn stdout_carries_only_the_text() {
+    let model = tiny_llama();
+    let json = ishizuki(&[
+        "run", "-m", &model, "-p", "hello", "-n", "8", "--temp", "0", "--json", "-t", "1",
+    ]);
+    let out = Command::new(env!("CARGO_BIN_EXE_ishizuki"))
+        .args([
+            "run", "-m", &model, "-p", "hello", "-n", "8", "--temp", "0", "-t", "1",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!("{}\n", json["text"].as_str().unwrap())
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("tok/s"));
+}
+
+#[test]
+fn prompt_longer_than_the_context_is_an_error() {
+    let model = tiny_llama();
+    let err = ishizuki_fails(&[
+        "run",
+        "-m",
+        &model,
+        "-p",
+        &"hello ".repeat(50),
+        "--ctx",
+        "16",
+        "-t",
+        "1",
+    ]);
+    assert!(
+        err.contains("does not fit the context of 16 tokens"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_inputs_get_clear_errors() {
+    let err = ishizuki_fails(&["run", "-m", "no-such-model", "-p", "x"]);
+    assert!(err.contains("no-such-model"), "{err}");
+    let dir = std::env::temp_dir().join(format!("ishizuki-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let truncated = dir.join("truncated.gguf");
+    let bytes = std::fs::read(tiny_llama()).unwrap();
+    std::fs::write(&truncated, &bytes[..1000]).unwrap();
+    let err = ishizuki_fails(&["inspect", truncated.to_str().unwrap()]);
+    assert!(err.contains("gguf: byte"), "{err}");
+    let err = ishizuki_fails(&["run", "-m", truncated.to_str().unwrap(), "-p", "x"]);
+    assert!(err.contains("gguf: byte"), "{err}");
+    let err = ishizuki_fails(&["run", "-m", &tiny_llama(), "-p", "x", "--temp", "-1"]);
+    assert!(err.contains("--temp"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn inspect_lists_metadata_and_tensors() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ishizuki"))
+        .args(["inspect", &tiny_llama()])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("general.architecture = \"llama\""), "{text}");
+    assert!(
+        text.contains("blk.1.ffn_down.weight") && text.contains("Q4_K"),
+        "{text}"
+    );
+}
+
+#[test]
+fn tokenize_and_chat_on_the_real_models() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(path) = model_path("SmolLM2-135M-Instruct.Q4_1.gguf") {
+        let got = ishizuki(&[
+            "tokenize",
+            "-m",
+            path.to_str().unwrap(),
+            "-p",
+            "Hello world",
+            "--json",
+        ]);
+        assert_eq!(u32s(&got["ids"]), [19556, 905]);
+    }
+    if let Some(path) = model_path("gemma-3-270m-q4_k_m.gguf") {
+        let got = ishizuki(&[
+            "tokenize",
+            "-m",
+            path.to_str().unwrap(),
+            "-p",
+            "Hello world",
+            "--json",
+        ]);
+        assert_eq!(u32s(&got["ids"])[0], 2, "gemma adds BOS");
+        let got = ishizuki(&[
+            "tokenize",
+            "-m",
+            path.to_str().unwrap(),
+            "-p",
+            "Hello world",
+            "--json",
+            "--no-bos",
+        ]);
+        assert_ne!(u32s(&got["ids"])[0], 2);
+        let err = ishizuki_fails(&["run", "-m", path.to_str().unwrap(), "-p", "hi", "--chat"]);
+        assert!(err.contains("no chat template"), "{err}");
+    }
+}

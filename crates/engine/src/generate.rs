@@ -81,6 +81,42 @@ impl<'a> Session<'a> {
         }
     }
 
+    /// Fills the cache with `prompt` from empty, in chunks; returns the last row's logits, or
+    /// `None` when cancelled between chunks.
+    fn prefill(
+        &mut self,
+        prompt: &[u32],
+        chunk: usize,
+        cancel: &AtomicBool,
+    ) -> Result<Option<Vec<f32>>, EngineError> {
+        if prompt.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        let n_ctx = self.cache.n_ctx();
+        if prompt.len() > n_ctx {
+            let overflow = ishizuki_core::Error::ContextOverflow {
+                n_prompt: prompt.len(),
+                n_ctx,
+            };
+            return Err(overflow.into());
+        }
+        self.cache.clear();
+        let chunk = chunk.max(1);
+        let mut logits = Vec::new();
+        for (i, part) in prompt.chunks(chunk).enumerate() {
+            if cancel.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
+            let want = if (i + 1) * chunk >= prompt.len() {
+                Logits::Last
+            } else {
+                Logits::None
+            };
+            logits = self.model.forward(self.be, part, &mut self.cache, want)?;
+        }
+        Ok(Some(logits))
+    }
+
     /// Runs `prompt` from an empty cache and samples a continuation.
     /// `on_token` sees each new id and returns false to stop.
     pub fn generate(
@@ -91,82 +127,54 @@ impl<'a> Session<'a> {
         cancel: &AtomicBool,
         on_token: &mut dyn FnMut(u32) -> bool,
     ) -> Result<Generation, EngineError> {
-        generate(self, prompt, params, is_eog, cancel, on_token)
-    }
-}
-
-fn generate(
-    s: &mut Session,
-    prompt: &[u32],
-    params: &GenerateParams,
-    is_eog: &dyn Fn(u32) -> bool,
-    cancel: &AtomicBool,
-    on_token: &mut dyn FnMut(u32) -> bool,
-) -> Result<Generation, EngineError> {
-    let (model, be, cache) = (s.model, s.be, &mut s.cache);
-    if prompt.is_empty() {
-        return Err(EngineError::EmptyPrompt);
-    }
-    if prompt.len() > cache.n_ctx() {
-        return Err(EngineError::Core(ishizuki_core::Error::ContextOverflow {
+        let t0 = Instant::now();
+        let Some(mut logits) = self.prefill(prompt, params.prefill_chunk, cancel)? else {
+            return Ok(stopped(prompt.len(), t0, StopReason::Cancelled));
+        };
+        if params.max_tokens == Some(0) {
+            return Ok(stopped(prompt.len(), t0, StopReason::MaxTokens));
+        }
+        let (model, be, cache) = (self.model, self.be, &mut self.cache);
+        let prefill_secs = t0.elapsed().as_secs_f64();
+        let t1 = Instant::now();
+        let mut sampler = Sampler::new(params.sampler.clone());
+        let mut history = prompt.to_vec();
+        let mut out = Vec::new();
+        let stop = loop {
+            let id = sampler.sample(&mut logits, &history);
+            out.push(id);
+            history.push(id);
+            if is_eog(id) {
+                break StopReason::EndOfGeneration;
+            }
+            if !on_token(id) {
+                break StopReason::Callback;
+            }
+            if params.max_tokens.is_some_and(|m| out.len() >= m) {
+                break StopReason::MaxTokens;
+            }
+            if cache.len() >= cache.n_ctx() {
+                break StopReason::ContextFull;
+            }
+            if cancel.load(Ordering::Relaxed) {
+                break StopReason::Cancelled;
+            }
+            logits = model.forward(be, &[id], cache, Logits::Last)?;
+        };
+        Ok(Generation {
+            tokens: out,
             n_prompt: prompt.len(),
-            n_ctx: cache.n_ctx(),
-        }));
+            prefill_secs,
+            decode_secs: t1.elapsed().as_secs_f64(),
+            stop,
+        })
     }
-    cache.clear();
-    let t0 = Instant::now();
-    let mut logits = Vec::new();
-    let chunk = params.prefill_chunk.max(1);
-    for (i, part) in prompt.chunks(chunk).enumerate() {
-        if cancel.load(Ordering::Relaxed) {
-            return Ok(stopped(prompt.len(), t0, Vec::new(), StopReason::Cancelled));
-        }
-        let last = (i + 1) * chunk >= prompt.len();
-        logits = model.forward(
-            be,
-            part,
-            cache,
-            if last { Logits::Last } else { Logits::None },
-        )?;
-    }
-    let prefill_secs = t0.elapsed().as_secs_f64();
-    let t1 = Instant::now();
-    let mut sampler = Sampler::new(params.sampler.clone());
-    let mut history = prompt.to_vec();
-    let mut out = Vec::new();
-    let stop = loop {
-        let id = sampler.sample(&mut logits, &history);
-        out.push(id);
-        history.push(id);
-        if is_eog(id) {
-            break StopReason::EndOfGeneration;
-        }
-        if !on_token(id) {
-            break StopReason::Callback;
-        }
-        if params.max_tokens.is_some_and(|m| out.len() >= m) {
-            break StopReason::MaxTokens;
-        }
-        if cache.len() >= cache.n_ctx() {
-            break StopReason::ContextFull;
-        }
-        if cancel.load(Ordering::Relaxed) {
-            break StopReason::Cancelled;
-        }
-        logits = model.forward(be, &[id], cache, Logits::Last)?;
-    };
-    Ok(Generation {
-        tokens: out,
-        n_prompt: prompt.len(),
-        prefill_secs,
-        decode_secs: t1.elapsed().as_secs_f64(),
-        stop,
-    })
 }
 
-fn stopped(n_prompt: usize, t0: Instant, tokens: Vec<u32>, stop: StopReason) -> Generation {
+/// A generation that ended before decoding.
+fn stopped(n_prompt: usize, t0: Instant, stop: StopReason) -> Generation {
     Generation {
-        tokens,
+        tokens: Vec::new(),
         n_prompt,
         prefill_secs: t0.elapsed().as_secs_f64(),
         decode_secs: 0.0,

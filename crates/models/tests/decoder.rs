@@ -112,3 +112,29 @@ fn read_json(path: &Path) -> Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).expect("fixture json")
 }
+
+/// A type the file format knows but no kernel implements loads, and fails when used, naming it.
+#[test]
+fn unsupported_weight_type_fails_when_used() {
+    use ishizuki_core::GgmlType;
+    use ishizuki_formats::{GgufFile, GgufWriter};
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let src = GgufFile::open(dir.join("tiny-llama.gguf")).unwrap();
+    let retyped = "blk.1.ffn_down.weight";
+    let mut w = GgufWriter::new();
+    for (k, v) in &src.metadata {
+        w.add_metadata(k.clone(), v.clone()).unwrap();
+    }
+    let iq_bytes = vec![0u8; GgmlType::IQ2_XXS.row_bytes(256).unwrap() as usize * 64];
+    for t in &src.tensors {
+        if t.name == retyped {
+            w.add_tensor(t.name.clone(), &t.dims, GgmlType::IQ2_XXS, iq_bytes.clone()).unwrap();
+        } else {
+            w.add_tensor(t.name.clone(), &t.dims, t.ty, src.tensor_data(t)).unwrap();
+        }
+    }
+    let model = Model::from_gguf(GgufFile::from_bytes(w.to_bytes()).unwrap()).expect("loads as metadata");
+    let mut cache = model.new_cache(8);
+    let err = model.forward(&CpuBackend::new(1), &[1, 2, 3], &mut cache, Logits::Last).unwrap_err();
+    assert!(err.to_string().contains("IQ2_XXS"), "{err}");
+}
