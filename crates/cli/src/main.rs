@@ -1,4 +1,4 @@
-//! `ishizuki`: run, perplexity, tokenize, inspect, pull. Generated text goes to stdout,
+//! `ishizuki`: run, bench, perplexity, tokenize, inspect, pull. Generated text goes to stdout,
 //! everything else to stderr.
 mod commands;
 
@@ -26,6 +26,8 @@ enum Command {
     Tokenize(commands::tokenize::TokenizeArgs),
     /// Print a GGUF file's metadata and tensor table.
     Inspect(commands::inspect::InspectArgs),
+    /// Prefill and decode speed, like llama-bench.
+    Bench(commands::bench::BenchArgs),
     /// Fetch curated models into the cache.
     Pull(commands::pull::PullArgs),
 }
@@ -38,6 +40,7 @@ fn main() -> ExitCode {
         Command::Tokenize(a) => commands::tokenize::run(a),
         Command::Inspect(a) => commands::inspect::run(a),
         Command::Pull(a) => commands::pull::run(a),
+        Command::Bench(a) => commands::bench::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,6 +1,7 @@
 //! CPU backend: persistent thread pool, runtime-dispatched SIMD, quantized matmul, attention.
 pub mod attention;
 pub mod matmul;
+pub mod membw;
 pub mod ops;
 pub mod pool;
 pub mod simd;
@@ -29,6 +30,11 @@ impl CpuBackend {
 
     pub fn n_threads(&self) -> usize {
         self.pool.n_threads()
+    }
+
+    /// Read bandwidth in GB/s over `bytes` with this backend's threads.
+    pub fn read_bandwidth(&self, bytes: usize) -> f64 {
+        membw::read_bandwidth(&self.pool, bytes, 3)
     }
 }
 

@@ -1,4 +1,5 @@
 //! One module per subcommand, plus what they share: loading a model and its tokenizer.
+pub mod bench;
 pub mod inspect;
 pub mod perplexity;
 pub mod pull;

@@ -21,13 +21,13 @@ pub struct RunArgs {
     )]
     n_predict: i64,
     /// Sampling temperature; 0 = greedy.
-    #[arg(long = "temp", default_value_t = 0.8)]
+    #[arg(long = "temp", default_value_t = 0.8, allow_negative_numbers = true)]
     temperature: f32,
     #[arg(long, default_value_t = 40)]
     top_k: usize,
-    #[arg(long, default_value_t = 0.95)]
+    #[arg(long, default_value_t = 0.95, allow_negative_numbers = true)]
     top_p: f32,
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
     min_p: f32,
     #[arg(long, default_value_t = 1.0)]
     repeat_penalty: f32,

@@ -1,0 +1,214 @@
+//! `ishizuki bench`: llama-bench's pp/tg tests on our engine, with weight bandwidth per
+//! decoded token against measured read bandwidth, and peak memory.
+use super::CliResult;
+use ishizuki::fetch::resolve_model;
+use ishizuki_core::Backend;
+use ishizuki_cpu::CpuBackend;
+use ishizuki_models::{KvCache, Logits, Model};
+use std::time::Instant;
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// Model path or curated name.
+    #[arg(short = 'm', long)]
+    model: String,
+    /// Prompt lengths to prefill (pp tests), comma separated; 0 skips.
+    #[arg(short = 'p', long, value_delimiter = ',', default_value = "512")]
+    n_prompt: Vec<usize>,
+    /// Tokens to decode (tg tests), comma separated; 0 skips.
+    #[arg(short = 'n', long, value_delimiter = ',', default_value = "128")]
+    n_gen: Vec<usize>,
+    /// Context depths the tests start at, comma separated.
+    #[arg(short = 'd', long, value_delimiter = ',', default_value = "0")]
+    depth: Vec<usize>,
+    /// Timed repetitions after one warm-up run.
+    #[arg(short = 'r', long, default_value_t = 5)]
+    reps: usize,
+    /// Threads (default: all cores).
+    #[arg(short = 't', long, default_value_t = 0)]
+    threads: usize,
+    /// Print a JSON array like llama-bench's `-o json`.
+    #[arg(long)]
+    json: bool,
+}
+
+struct Test {
+    n_prompt: usize,
+    n_gen: usize,
+    n_depth: usize,
+    samples_ts: Vec<f64>,
+}
+
+impl Test {
+    fn avg(&self) -> f64 {
+        self.samples_ts.iter().sum::<f64>() / self.samples_ts.len().max(1) as f64
+    }
+
+    fn stddev(&self) -> f64 {
+        let n = self.samples_ts.len();
+        if n < 2 {
+            return 0.0;
+        }
+        let m = self.avg();
+        (self.samples_ts.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
+    }
+
+    fn name(&self) -> String {
+        let base = if self.n_prompt > 0 {
+            format!("pp{}", self.n_prompt)
+        } else {
+            format!("tg{}", self.n_gen)
+        };
+        if self.n_depth > 0 {
+            format!("{base} @ d{}", self.n_depth)
+        } else {
+            base
+        }
+    }
+}
+
+/// Deterministic pseudo-random token ids (llama-bench feeds random tokens too).
+fn tokens(n: usize, n_vocab: usize, seed: u64) -> Vec<u32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % n_vocab as u64) as u32
+        })
+        .collect()
+}
+
+/// One timed run of a test from `depth`; returns tokens per second.
+fn run_once(
+    model: &Model,
+    be: &CpuBackend,
+    cache: &mut KvCache,
+    t: &Test,
+    rep: u64,
+) -> CliResult<f64> {
+    cache.truncate(t.n_depth);
+    let n_vocab = model.config.n_vocab;
+    let t0 = Instant::now();
+    if t.n_prompt > 0 {
+        let ids = tokens(t.n_prompt, n_vocab, rep + 1);
+        for chunk in ids.chunks(2048) {
+            model.forward(be, chunk, cache, Logits::Last)?;
+        }
+        return Ok(t.n_prompt as f64 / t0.elapsed().as_secs_f64());
+    }
+    for id in tokens(t.n_gen, n_vocab, rep + 1) {
+        model.forward(be, &[id], cache, Logits::Last)?;
+    }
+    Ok(t.n_gen as f64 / t0.elapsed().as_secs_f64())
+}
+
+/// Fills the cache with `depth` tokens (untimed).
+fn fill_depth(model: &Model, be: &CpuBackend, cache: &mut KvCache, depth: usize) -> CliResult {
+    cache.clear();
+    for chunk in tokens(depth, model.config.n_vocab, 999).chunks(512) {
+        model.forward(be, chunk, cache, Logits::None)?;
+    }
+    Ok(())
+}
+
+fn plan(a: &BenchArgs) -> Vec<Test> {
+    let mut tests = Vec::new();
+    for &d in &a.depth {
+        for &p in a.n_prompt.iter().filter(|p| **p > 0) {
+            tests.push(Test {
+                n_prompt: p,
+                n_gen: 0,
+                n_depth: d,
+                samples_ts: Vec::new(),
+            });
+        }
+        for &n in a.n_gen.iter().filter(|n| **n > 0) {
+            tests.push(Test {
+                n_prompt: 0,
+                n_gen: n,
+                n_depth: d,
+                samples_ts: Vec::new(),
+            });
+        }
+    }
+    tests
+}
+
+/// Peak resident memory of this process in bytes (VmHWM).
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+pub fn run(a: BenchArgs) -> CliResult {
+    if a.reps == 0 {
+        return Err("-r must be at least 1".into());
+    }
+    let path = resolve_model(&a.model)?;
+    let model = Model::load(&path)?;
+    let be = CpuBackend::new(a.threads);
+    let mut tests = plan(&a);
+    let max_ctx = tests
+        .iter()
+        .map(|t| t.n_depth + t.n_prompt + t.n_gen)
+        .max()
+        .unwrap_or(1);
+    let mut cache = model.new_cache(max_ctx);
+    for t in &mut tests {
+        fill_depth(&model, &be, &mut cache, t.n_depth)?;
+        run_once(&model, &be, &mut cache, t, 0)?;
+        for rep in 1..=a.reps as u64 {
+            let ts = run_once(&model, &be, &mut cache, t, rep)?;
+            t.samples_ts.push(ts);
+        }
+    }
+    let weight_bytes = model.weight_bytes();
+    if a.json {
+        let rows: Vec<_> = tests
+            .iter()
+            .map(|t| {
+                serde_json::json!({
+                    "n_prompt": t.n_prompt, "n_gen": t.n_gen, "n_depth": t.n_depth,
+                    "avg_ts": t.avg(), "stddev_ts": t.stddev(), "samples_ts": t.samples_ts,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print_table(&model, &be, &tests, weight_bytes);
+    }
+    if let Some(peak) = peak_rss() {
+        eprintln!("peak memory: {:.1} MiB", peak as f64 / (1 << 20) as f64);
+    }
+    Ok(())
+}
+
+fn print_table(model: &Model, be: &CpuBackend, tests: &[Test], weight_bytes: usize) {
+    let c = &model.config;
+    let bw_model = be.read_bandwidth(weight_bytes);
+    let bw_1g = be.read_bandwidth(1 << 30);
+    let size = format!("{:.1} MiB", weight_bytes as f64 / (1 << 20) as f64);
+    println!("| model | size | backend | threads | test | t/s | weights GB/s |");
+    println!("| --- | ---: | --- | ---: | ---: | ---: | ---: |");
+    for t in tests {
+        let gbs = if t.n_gen > 0 {
+            format!("{:.1}", weight_bytes as f64 * t.avg() / 1e9)
+        } else {
+            "".into()
+        };
+        println!(
+            "| {} | {size} | {} | {} | {} | {:.2} ± {:.2} | {gbs} |",
+            c.arch,
+            be.name(),
+            be.n_threads(),
+            t.name(),
+            t.avg(),
+            t.stddev()
+        );
+    }
+    println!("\nmeasured read bandwidth: {bw_model:.1} GB/s over the weights' size, {bw_1g:.1} GB/s over 1 GiB");
+}
