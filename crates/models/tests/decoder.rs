@@ -128,13 +128,18 @@ fn unsupported_weight_type_fails_when_used() {
     let iq_bytes = vec![0u8; GgmlType::IQ2_XXS.row_bytes(256).unwrap() as usize * 64];
     for t in &src.tensors {
         if t.name == retyped {
-            w.add_tensor(t.name.clone(), &t.dims, GgmlType::IQ2_XXS, iq_bytes.clone()).unwrap();
+            w.add_tensor(t.name.clone(), &t.dims, GgmlType::IQ2_XXS, iq_bytes.clone())
+                .unwrap();
         } else {
-            w.add_tensor(t.name.clone(), &t.dims, t.ty, src.tensor_data(t)).unwrap();
+            w.add_tensor(t.name.clone(), &t.dims, t.ty, src.tensor_data(t))
+                .unwrap();
         }
     }
-    let model = Model::from_gguf(GgufFile::from_bytes(w.to_bytes()).unwrap()).expect("loads as metadata");
+    let model =
+        Model::from_gguf(GgufFile::from_bytes(w.to_bytes()).unwrap()).expect("loads as metadata");
     let mut cache = model.new_cache(8);
-    let err = model.forward(&CpuBackend::new(1), &[1, 2, 3], &mut cache, Logits::Last).unwrap_err();
+    let err = model
+        .forward(&CpuBackend::new(1), &[1, 2, 3], &mut cache, Logits::Last)
+        .unwrap_err();
     assert!(err.to_string().contains("IQ2_XXS"), "{err}");
 }
