@@ -1,12 +1,26 @@
-//! Causal (optionally sliding-window) attention over an f16 KV cache, one task per (row, head).
+//! Causal (optionally sliding-window) attention over an f16 KV cache. A task takes one query row,
+//! one KV head and a range of keys: the query heads that share the KV head (GQA) read each key and
+//! value once. Long decode contexts are split over keys (flash-decoding) so every thread works,
+//! and the partial softmaxes are merged.
 use crate::pool::{SharedMut, ThreadPool};
-use crate::simd::{axpy, dot};
-use half::{f16, slice::HalfFloatSliceExt};
+use crate::simd::{tier, Tier};
+use half::f16;
 use ishizuki_core::{backend::AttnParams, Error, Result};
 use std::cell::RefCell;
 
+/// Fewest keys worth a task of their own.
+const MIN_KEYS_PER_SPLIT: usize = 128;
+
+/// Partial result of one key range for `group` query heads: running max, sum of exp, and the
+/// unnormalised weighted sum of values.
+struct Partial {
+    max: Vec<f32>,
+    sum: Vec<f32>,
+    acc: Vec<f32>,
+}
+
 thread_local! {
-    static SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -22,13 +36,12 @@ pub fn attention(
 ) -> Result<()> {
     let (hd, nh, nkv) = (p.head_dim, p.n_head, p.n_head_kv);
     let rows = positions.len();
-    let kv_stride = nkv * hd;
     if nkv == 0
         || !nh.is_multiple_of(nkv)
         || q.len() != rows * nh * hd
         || out.len() != q.len()
-        || k.len() < n_kv * kv_stride
-        || v.len() < n_kv * kv_stride
+        || k.len() < n_kv * nkv * hd
+        || v.len() < n_kv * nkv * hd
         || positions.iter().any(|&p| p as usize >= n_kv)
     {
         return Err(Error::Shape(format!(
@@ -36,41 +49,307 @@ pub fn attention(
         )));
     }
     let group = nh / nkv;
+    let longest = positions.iter().map(|&p| p as usize + 1).max().unwrap_or(0);
+    let want_tasks = 2 * pool.n_threads();
+    let splits = if rows * nkv >= want_tasks {
+        1
+    } else {
+        want_tasks
+            .div_ceil(rows * nkv)
+            .min(longest.div_ceil(MIN_KEYS_PER_SPLIT))
+            .max(1)
+    };
+    let n_tasks = rows * nkv * splits;
+    let mut partials: Vec<Option<Partial>> = (0..n_tasks).map(|_| None).collect();
+    let parts = SharedMut(partials.as_mut_ptr());
     let out_ptr = SharedMut(out.as_mut_ptr());
-    pool.run(rows * nh, &|task| {
-        let (row, head) = (task / nh, task % nh);
+    pool.run(n_tasks, &|task| {
+        let (unit, split) = (task / splits, task % splits);
+        let (row, kvh) = (unit / nkv, unit % nkv);
         let pos = positions[row] as usize;
         let first = p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
-        let kvh = head / group;
-        let qv = &q[(row * nh + head) * hd..][..hd];
-        SCRATCH.with_borrow_mut(|(scores, kf)| {
-            kf.resize(hd, 0.0);
-            scores.clear();
-            let mut max = f32::NEG_INFINITY;
-            for j in first..=pos {
-                k[j * kv_stride + kvh * hd..][..hd].convert_to_f32_slice(kf);
-                let mut s = dot(qv, kf) * p.scale;
+        let per = (pos + 1 - first).div_ceil(splits);
+        let (j0, j1) = (
+            first + split * per,
+            (first + (split + 1) * per).min(pos + 1),
+        );
+        let at = (row * nh + kvh * group) * hd;
+        let part = attend_range(&q[at..][..group * hd], k, v, nkv, kvh, hd, j0, j1, p);
+        if splits == 1 {
+            // SAFETY: each (row, kv head) unit writes only its own query heads.
+            let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.ptr().add(at), group * hd) };
+            merge(std::slice::from_ref(&part), group, hd, o);
+        } else {
+            // SAFETY: each task writes only its own slot; slots are read after `run` returns.
+            unsafe { *parts.ptr().add(task) = Some(part) };
+        }
+    });
+    if splits > 1 {
+        let partials: Vec<Partial> = partials.into_iter().flatten().collect();
+        for unit in 0..rows * nkv {
+            let (row, kvh) = (unit / nkv, unit % nkv);
+            let o = &mut out[(row * nh + kvh * group) * hd..][..group * hd];
+            merge(&partials[unit * splits..(unit + 1) * splits], group, hd, o);
+        }
+    }
+    Ok(())
+}
+
+/// Attends `group` query heads `qs (group, hd)` to keys `j0..j1` of KV head `kvh`.
+#[allow(clippy::too_many_arguments)]
+fn attend_range(
+    qs: &[f32],
+    k: &[f16],
+    v: &[f16],
+    nkv: usize,
+    kvh: usize,
+    hd: usize,
+    j0: usize,
+    j1: usize,
+    p: &AttnParams,
+) -> Partial {
+    let group = qs.len() / hd;
+    let n = j1.saturating_sub(j0);
+    let stride = nkv * hd;
+    let mut part = Partial {
+        max: vec![f32::NEG_INFINITY; group],
+        sum: vec![0.0; group],
+        acc: vec![0.0; group * hd],
+    };
+    if n == 0 {
+        return part;
+    }
+    SCORES.with_borrow_mut(|scores| {
+        scores.resize(group * n, 0.0);
+        for (jj, j) in (j0..j1).enumerate() {
+            let kj = &k[j * stride + kvh * hd..][..hd];
+            for g in 0..group {
+                let mut s = dot_f16(&qs[g * hd..][..hd], kj) * p.scale;
                 if let Some(cap) = p.softcap {
                     s = cap * (s / cap).tanh();
                 }
-                max = max.max(s);
-                scores.push(s);
+                scores[g * n + jj] = s;
             }
-            let mut sum = 0f32;
-            for s in scores.iter_mut() {
+        }
+        for g in 0..group {
+            let row = &mut scores[g * n..][..n];
+            let max = row.iter().fold(f32::NEG_INFINITY, |m, s| m.max(*s));
+            let mut sum = 0.0;
+            for s in row.iter_mut() {
                 *s = (*s - max).exp();
                 sum += *s;
             }
-            // SAFETY: each (row, head) task writes only its own head_dim slice.
-            let o = unsafe {
-                std::slice::from_raw_parts_mut(out_ptr.ptr().add((row * nh + head) * hd), hd)
-            };
-            o.fill(0.0);
-            for (j, s) in (first..=pos).zip(scores.iter()) {
-                v[j * kv_stride + kvh * hd..][..hd].convert_to_f32_slice(kf);
-                axpy(o, s / sum, kf);
+            part.max[g] = max;
+            part.sum[g] = sum;
+        }
+        for (jj, j) in (j0..j1).enumerate() {
+            let vj = &v[j * stride + kvh * hd..][..hd];
+            for g in 0..group {
+                axpy_f16(&mut part.acc[g * hd..][..hd], scores[g * n + jj], vj);
             }
-        });
+        }
     });
-    Ok(())
+    part
+}
+
+/// Combines key-range partials into normalised outputs `o (group, hd)`.
+fn merge(parts: &[Partial], group: usize, hd: usize, o: &mut [f32]) {
+    for g in 0..group {
+        let max = parts
+            .iter()
+            .fold(f32::NEG_INFINITY, |m, pt| m.max(pt.max[g]));
+        let out = &mut o[g * hd..][..hd];
+        out.fill(0.0);
+        let mut total = 0.0;
+        for pt in parts {
+            if pt.sum[g] == 0.0 {
+                continue;
+            }
+            let w = (pt.max[g] - max).exp();
+            total += pt.sum[g] * w;
+            for (a, b) in out.iter_mut().zip(&pt.acc[g * hd..][..hd]) {
+                *a += w * b;
+            }
+        }
+        if total > 0.0 {
+            out.iter_mut().for_each(|x| *x /= total);
+        }
+    }
+}
+
+/// `dot(a, b)` with `b` in f16.
+#[inline]
+fn dot_f16(a: &[f32], b: &[f16]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if tier() >= Tier::Avx2 {
+        // SAFETY: the tier guarantees AVX2, FMA and F16C.
+        return unsafe { dot_f16_avx2(a, b) };
+    }
+    a.iter().zip(b).map(|(x, y)| x * y.to_f32()).sum()
+}
+
+/// `y += alpha * x` with `x` in f16.
+#[inline]
+fn axpy_f16(y: &mut [f32], alpha: f32, x: &[f16]) {
+    #[cfg(target_arch = "x86_64")]
+    if tier() >= Tier::Avx2 {
+        // SAFETY: the tier guarantees AVX2, FMA and F16C.
+        return unsafe { axpy_f16_avx2(y, alpha, x) };
+    }
+    y.iter_mut()
+        .zip(x)
+        .for_each(|(a, b)| *a += alpha * b.to_f32());
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f16_avx2(a: &[f32], b: &[f16]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = a.len().min(b.len());
+    let (pa, pb) = (a.as_ptr(), b.as_ptr() as *const __m128i);
+    let mut acc = _mm256_setzero_ps();
+    let mut i = 0;
+    while i + 8 <= n {
+        let kb = _mm256_cvtph_ps(_mm_loadu_si128(pb.byte_add(i * 2)));
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), kb, acc);
+        i += 8;
+    }
+    let lo = _mm256_castps256_ps128(acc);
+    let s = _mm_add_ps(lo, _mm256_extractf128_ps(acc, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let mut sum = _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
+    while i < n {
+        sum += a[i] * b[i].to_f32();
+        i += 1;
+    }
+    sum
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn axpy_f16_avx2(y: &mut [f32], alpha: f32, x: &[f16]) {
+    use std::arch::x86_64::*;
+    let n = y.len().min(x.len());
+    let (py, px) = (y.as_mut_ptr(), x.as_ptr() as *const __m128i);
+    let va = _mm256_set1_ps(alpha);
+    let mut i = 0;
+    while i + 8 <= n {
+        let xv = _mm256_cvtph_ps(_mm_loadu_si128(px.byte_add(i * 2)));
+        _mm256_storeu_ps(
+            py.add(i),
+            _mm256_fmadd_ps(va, xv, _mm256_loadu_ps(py.add(i))),
+        );
+        i += 8;
+    }
+    while i < n {
+        y[i] += alpha * x[i].to_f32();
+        i += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Straightforward f64 reference: softmax over the visible keys of each head.
+    fn reference(q: &[f32], k: &[f16], v: &[f16], positions: &[u32], p: &AttnParams) -> Vec<f32> {
+        let (hd, nh, nkv) = (p.head_dim, p.n_head, p.n_head_kv);
+        let mut out = vec![0f32; q.len()];
+        for (r, &pos) in positions.iter().enumerate() {
+            for h in 0..nh {
+                let kvh = h / (nh / nkv);
+                let first = p.window.map_or(0, |w| (pos as usize + 1).saturating_sub(w));
+                let qh = &q[(r * nh + h) * hd..][..hd];
+                let s: Vec<f64> = (first..=pos as usize)
+                    .map(|j| {
+                        let kj = &k[(j * nkv + kvh) * hd..][..hd];
+                        qh.iter()
+                            .zip(kj)
+                            .map(|(a, b)| *a as f64 * b.to_f64())
+                            .sum::<f64>()
+                            * p.scale as f64
+                    })
+                    .collect();
+                let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
+                for (i, j) in (first..=pos as usize).enumerate() {
+                    let w = (s[i] - m).exp() / z;
+                    for d in 0..hd {
+                        out[(r * nh + h) * hd + d] +=
+                            (w * v[(j * nkv + kvh) * hd + d].to_f64()) as f32;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn check(rows: usize, n_kv: usize, window: Option<usize>, threads: usize) {
+        let p = AttnParams {
+            n_head: 6,
+            n_head_kv: 2,
+            head_dim: 20,
+            scale: 0.3,
+            window,
+            softcap: None,
+        };
+        let (hd, nh, nkv) = (p.head_dim, p.n_head, p.n_head_kv);
+        let val = |i: usize, s: f32| (i as f32 * s).sin() * 2.0;
+        let q: Vec<f32> = (0..rows * nh * hd).map(|i| val(i, 0.37)).collect();
+        let k: Vec<f16> = (0..n_kv * nkv * hd)
+            .map(|i| f16::from_f32(val(i, 0.11)))
+            .collect();
+        let v: Vec<f16> = (0..n_kv * nkv * hd)
+            .map(|i| f16::from_f32(val(i, 0.23)))
+            .collect();
+        let positions: Vec<u32> = (n_kv - rows..n_kv).map(|x| x as u32).collect();
+        let pool = ThreadPool::new(threads);
+        let mut out = vec![0f32; q.len()];
+        attention(&pool, &q, &k, &v, n_kv, &positions, &p, &mut out).unwrap();
+        let want = reference(&q, &k, &v, &positions, &p);
+        let err = out
+            .iter()
+            .zip(&want)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(
+            err < 1e-4,
+            "rows {rows} n_kv {n_kv} window {window:?}: error {err}"
+        );
+    }
+
+    #[test]
+    fn matches_reference_for_prefill_decode_and_windows() {
+        for threads in [1, 2, 3] {
+            check(5, 5, None, threads);
+            check(1, 700, None, threads);
+            check(1, 700, Some(300), threads);
+            check(7, 40, Some(4), threads);
+            check(2, 1000, Some(999), threads);
+        }
+    }
+
+    #[test]
+    fn bad_shapes_are_errors() {
+        let p = AttnParams {
+            n_head: 3,
+            n_head_kv: 2,
+            head_dim: 4,
+            scale: 1.0,
+            window: None,
+            softcap: None,
+        };
+        let pool = ThreadPool::new(1);
+        let mut out = vec![0f32; 12];
+        assert!(attention(
+            &pool,
+            &[0.0; 12],
+            &[f16::ZERO; 8],
+            &[f16::ZERO; 8],
+            1,
+            &[0],
+            &p,
+            &mut out
+        )
+        .is_err());
+    }
 }

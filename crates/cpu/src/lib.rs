@@ -1,5 +1,6 @@
 //! CPU backend: persistent thread pool, runtime-dispatched SIMD, quantized matmul, attention.
 pub mod attention;
+pub mod kernels;
 pub mod matmul;
 pub mod membw;
 pub mod ops;
@@ -40,7 +41,7 @@ impl CpuBackend {
 
 impl Backend for CpuBackend {
     fn name(&self) -> String {
-        format!("cpu ({:?}, {} threads)", simd::tier(), self.n_threads())
+        format!("cpu {} x{}", simd::tier().name(), self.n_threads())
     }
 
     fn matmul(&self, w: &WeightView, x: &[f32], rows: usize, out: &mut [f32]) -> Result<()> {

@@ -1,15 +1,23 @@
-//! Quantized matmul: each task dequantizes a chunk of weight rows once and reuses it for every
-//! activation row, so a prefill reads the weights once.
+//! Matmul dispatch: quantized weights with a kernel for this tier take the integer path
+//! (activations quantized once per call to the kernel's format); everything else dequantizes
+//! chunks of weight rows to f32. Either way a task reads its weight rows once and reuses them for
+//! every activation row, so a prefill streams the weights once.
+use crate::kernels::{self, QKernel, MAX_ROWS};
 use crate::pool::{SharedMut, ThreadPool};
-use crate::simd::dot4;
-use ishizuki_core::{quant::dequantize_row, Error, GgmlType, Result, WeightView};
+use crate::simd::{dot, dot4, tier};
+use ishizuki_core::{
+    quant::dequantize_row, quant::quantize_row, Error, GgmlType, Result, WeightView,
+};
 use std::cell::RefCell;
 
 /// Weight rows per task.
 const CHUNK: usize = 16;
+/// Activation rows quantized per task.
+const QUANT_ROWS: usize = 8;
 
 thread_local! {
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static ACTIVATIONS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 pub fn check_supported(ty: GgmlType) -> Result<()> {
@@ -36,18 +44,108 @@ pub fn matmul(
             out.len()
         )));
     }
-    check_supported(w.ty)?;
+    match kernels::kernel(w.ty, tier()) {
+        Some(k) => matmul_quantized(pool, w, k, x, rows, out),
+        None => {
+            check_supported(w.ty)?;
+            matmul_f32(pool, w, x, rows, out);
+            Ok(())
+        }
+    }
+}
+
+fn matmul_quantized(
+    pool: &ThreadPool,
+    w: &WeightView,
+    k: QKernel,
+    x: &[f32],
+    rows: usize,
+    out: &mut [f32],
+) -> Result<()> {
+    let (n_in, n_out) = (w.n_in, w.n_out);
+    let w_row = w.row_bytes()?;
+    let a_row =
+        k.act.row_bytes(n_in as u64).ok_or_else(|| {
+            Error::Shape(format!("{n_in} elements are not whole {} blocks", k.act))
+        })? as usize;
+    ACTIVATIONS.with_borrow_mut(|act| -> Result<()> {
+        act.resize(rows * a_row, 0);
+        quantize_rows(pool, k.act, x, rows, n_in, a_row, act)?;
+        let act: &[u8] = act;
+        let out_ptr = SharedMut(out.as_mut_ptr());
+        pool.run(n_out.div_ceil(CHUNK), &|task| {
+            let (r0, r1) = (task * CHUNK, ((task + 1) * CHUNK).min(n_out));
+            let mut dots = [0f32; MAX_ROWS];
+            for i0 in (0..rows).step_by(MAX_ROWS) {
+                let g = (rows - i0).min(MAX_ROWS);
+                let xs: [&[u8]; MAX_ROWS] =
+                    std::array::from_fn(|j| &act[(i0 + j.min(g - 1)) * a_row..][..a_row]);
+                for r in r0..r1 {
+                    // SAFETY: the table hands out kernels this CPU supports; slices hold whole rows.
+                    unsafe {
+                        (k.dot)(
+                            n_in,
+                            &w.data[r * w_row..][..w_row],
+                            &xs[..g],
+                            &mut dots[..g],
+                        )
+                    };
+                    for (j, d) in dots[..g].iter().enumerate() {
+                        // SAFETY: this task alone writes columns r0..r1 of every output row.
+                        unsafe { *out_ptr.ptr().add((i0 + j) * n_out + r) = *d };
+                    }
+                }
+            }
+        });
+        Ok(())
+    })
+}
+
+/// Quantizes `rows` activation rows of `n_in` into `act` (`a_row` bytes each), in parallel.
+fn quantize_rows(
+    pool: &ThreadPool,
+    ty: GgmlType,
+    x: &[f32],
+    rows: usize,
+    n_in: usize,
+    a_row: usize,
+    act: &mut [u8],
+) -> Result<()> {
+    if rows == 1 {
+        return quantize_row(ty, x, act);
+    }
+    let act_ptr = SharedMut(act.as_mut_ptr());
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    pool.run(rows.div_ceil(QUANT_ROWS), &|task| {
+        for i in task * QUANT_ROWS..((task + 1) * QUANT_ROWS).min(rows) {
+            // SAFETY: each task writes its own rows.
+            let dst =
+                unsafe { std::slice::from_raw_parts_mut(act_ptr.ptr().add(i * a_row), a_row) };
+            if quantize_row(ty, &x[i * n_in..][..n_in], dst).is_err() {
+                failed.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    });
+    if failed.into_inner() {
+        return Err(Error::Shape(format!(
+            "cannot quantize rows of {n_in} to {ty}"
+        )));
+    }
+    Ok(())
+}
+
+fn matmul_f32(pool: &ThreadPool, w: &WeightView, x: &[f32], rows: usize, out: &mut [f32]) {
+    let (n_in, n_out) = (w.n_in, w.n_out);
+    let row_bytes = w.data.len() / n_out.max(1);
     let out_ptr = SharedMut(out.as_mut_ptr());
-    let n_tasks = n_out.div_ceil(CHUNK);
-    pool.run(n_tasks, &|task| {
-        let r0 = task * CHUNK;
-        let r1 = (r0 + CHUNK).min(n_out);
+    pool.run(n_out.div_ceil(CHUNK), &|task| {
+        let (r0, r1) = (task * CHUNK, ((task + 1) * CHUNK).min(n_out));
         SCRATCH.with_borrow_mut(|scratch| {
             scratch.resize(CHUNK * n_in, 0.0);
             for r in r0..r1 {
                 let src = &w.data[r * row_bytes..(r + 1) * row_bytes];
                 let dst = &mut scratch[(r - r0) * n_in..(r - r0 + 1) * n_in];
-                dequantize_row(w.ty, src, dst).expect("type checked above");
+                dequantize_row(w.ty, src, dst).expect("type and length checked by the caller");
             }
             let wrow = |r: usize| &scratch[(r - r0) * n_in..(r - r0 + 1) * n_in];
             for i in 0..rows {
@@ -62,13 +160,12 @@ pub fn matmul(
                     r += 4;
                 }
                 while r < r1 {
-                    o[r] = crate::simd::dot(xi, wrow(r));
+                    o[r] = dot(xi, wrow(r));
                     r += 1;
                 }
             }
         });
     });
-    Ok(())
 }
 
 pub fn embed(w: &WeightView, ids: &[u32], out: &mut [f32]) -> Result<()> {

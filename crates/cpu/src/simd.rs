@@ -1,32 +1,78 @@
 //! f32 vector primitives with a runtime-chosen AVX2+FMA path and a portable fallback.
 use std::sync::OnceLock;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Instruction-set tiers, lowest first; each includes the ones before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Tier {
     Scalar,
+    /// AVX2 + FMA + F16C.
     Avx2,
+    /// AVX-512 F/BW/VL/DQ with VNNI.
+    Avx512,
 }
 
-/// The best tier this CPU supports; `ISHIZUKI_CPU_TIER=scalar` forces the fallback.
-pub fn tier() -> Tier {
-    static TIER: OnceLock<Tier> = OnceLock::new();
-    *TIER.get_or_init(|| {
-        if std::env::var("ISHIZUKI_CPU_TIER").is_ok_and(|v| v == "scalar") {
-            return Tier::Scalar;
+impl Tier {
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::Scalar => "scalar",
+            Tier::Avx2 => "avx2",
+            Tier::Avx512 => "avx512-vnni",
         }
+    }
+}
+
+/// The best tier this CPU supports.
+pub fn detected_tier() -> Tier {
+    static DETECTED: OnceLock<Tier> = OnceLock::new();
+    *DETECTED.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            return Tier::Avx2;
+        {
+            let avx2 = is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c");
+            let avx512 = avx2
+                && is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512vl")
+                && is_x86_feature_detected!("avx512dq")
+                && is_x86_feature_detected!("avx512vnni");
+            if avx512 {
+                return Tier::Avx512;
+            }
+            if avx2 {
+                return Tier::Avx2;
+            }
         }
         Tier::Scalar
     })
+}
+
+/// The tier kernels run at: the detected one, lowered by `ISHIZUKI_CPU_TIER=scalar|avx2`.
+pub fn tier() -> Tier {
+    static TIER: OnceLock<Tier> = OnceLock::new();
+    *TIER.get_or_init(|| {
+        let forced = match std::env::var("ISHIZUKI_CPU_TIER").as_deref() {
+            Ok("scalar") => Tier::Scalar,
+            Ok("avx2") => Tier::Avx2,
+            _ => Tier::Avx512,
+        };
+        forced.min(detected_tier())
+    })
+}
+
+/// Every tier this CPU can run, for tests that compare each against the scalar reference.
+pub fn available_tiers() -> Vec<Tier> {
+    [Tier::Scalar, Tier::Avx2, Tier::Avx512]
+        .into_iter()
+        .filter(|t| *t <= detected_tier())
+        .collect()
 }
 
 /// Dot products of one vector `a` with four vectors `b0..b3` of the same length.
 #[inline]
 pub fn dot4(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
     #[cfg(target_arch = "x86_64")]
-    if tier() == Tier::Avx2 {
+    if tier() >= Tier::Avx2 {
         // SAFETY: the tier check guarantees AVX2 and FMA.
         return unsafe { dot4_avx2(a, b) };
     }
@@ -36,7 +82,7 @@ pub fn dot4(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
 #[inline]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if tier() == Tier::Avx2 {
+    if tier() >= Tier::Avx2 {
         // SAFETY: the tier check guarantees AVX2 and FMA.
         return unsafe { dot_avx2(a, b) };
     }
