@@ -1,0 +1,230 @@
+//! Every tier against the scalar reference, and the scalar reference against an f32 dot of the
+//! dequantized rows, for 1..=4 activation rows, several row lengths and edge-valued blocks.
+use super::kernel;
+use crate::kernels::MAX_ROWS;
+use crate::simd::{available_tiers, detected_tier, Tier};
+use ishizuki_core::quant::{dequantize_row, f32_to_f16, quantize_row, QK_K};
+use ishizuki_core::GgmlType;
+
+const TYPES: &[GgmlType] = &[GgmlType::Q4_K, GgmlType::Q6_K];
+
+/// xorshift64*: deterministic test data without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform in [-1, 1).
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+/// Byte offsets of the f16 scale fields inside one block of `ty`.
+fn f16_fields(ty: GgmlType) -> &'static [usize] {
+    match ty {
+        GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q6_K => &[208],
+        GgmlType::Q3_K => &[108],
+        GgmlType::Q2_K => &[80, 82],
+        GgmlType::IQ4_XS => &[0],
+        _ => unreachable!("not a k-quant: {ty}"),
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Fill {
+    Random,
+    AllOnes,
+    AllZeros,
+}
+
+/// A weight row of `nb` blocks: data bytes per `fill`, finite f16 scales of either sign.
+fn weight_row(ty: GgmlType, nb: usize, fill: Fill, rng: &mut Rng) -> Vec<u8> {
+    let size = ty.type_size();
+    let mut w: Vec<u8> = (0..nb * size)
+        .map(|_| match fill {
+            Fill::Random => rng.next() as u8,
+            Fill::AllOnes => 0xff,
+            Fill::AllZeros => 0,
+        })
+        .collect();
+    for block in w.chunks_exact_mut(size) {
+        for &at in f16_fields(ty) {
+            let scale = rng.unit() * 0.05;
+            block[at..at + 2].copy_from_slice(&f32_to_f16(scale));
+        }
+    }
+    w
+}
+
+/// An activation row quantized to Q8_K; `saturate` gives +-max everywhere (quants of +-127).
+fn act_row(n: usize, saturate: bool, rng: &mut Rng) -> Vec<u8> {
+    let x: Vec<f32> = (0..n)
+        .map(|i| match saturate {
+            true if i % 3 == 0 => -1.0,
+            true => 1.0,
+            false => rng.unit() * 3.0,
+        })
+        .collect();
+    let mut q = vec![0u8; GgmlType::Q8_K.row_bytes(n as u64).unwrap() as usize];
+    quantize_row(GgmlType::Q8_K, &x, &mut q).unwrap();
+    q
+}
+
+fn dequantized(ty: GgmlType, bytes: &[u8], n: usize) -> Vec<f32> {
+    let mut out = vec![0f32; n];
+    dequantize_row(ty, bytes, &mut out).unwrap();
+    out
+}
+
+fn run(ty: GgmlType, tier: Tier, n: usize, w: &[u8], xs: &[&[u8]]) -> Vec<f32> {
+    let k = kernel(ty, tier).expect("kernel");
+    assert_eq!(k.act, GgmlType::Q8_K);
+    let mut out = vec![f32::NAN; xs.len()];
+    // SAFETY: `tier` comes from available_tiers(); slices hold whole rows of n elements.
+    unsafe { (k.dot)(n, w, xs, &mut out) };
+    out
+}
+
+fn check_type(ty: GgmlType) {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ ty as u64);
+    for nb in [1, 2, 7] {
+        let n = nb * QK_K;
+        for fill in [Fill::Random, Fill::AllOnes, Fill::AllZeros] {
+            let w = weight_row(ty, nb, fill, &mut rng);
+            let wf = dequantized(ty, &w, n);
+            let acts: Vec<Vec<u8>> = (0..MAX_ROWS)
+                .map(|r| act_row(n, r == 1, &mut rng))
+                .collect();
+            for rows in 1..=MAX_ROWS {
+                let xs: Vec<&[u8]> = acts[..rows].iter().map(|a| a.as_slice()).collect();
+                let scalar = run(ty, Tier::Scalar, n, &w, &xs);
+                for (r, x) in xs.iter().enumerate() {
+                    let xf = dequantized(GgmlType::Q8_K, x, n);
+                    let exact: f64 = wf.iter().zip(&xf).map(|(a, b)| *a as f64 * *b as f64).sum();
+                    let mag: f64 = wf
+                        .iter()
+                        .zip(&xf)
+                        .map(|(a, b)| (*a as f64 * *b as f64).abs())
+                        .sum();
+                    let what = format!("{ty} n={n} {fill:?} rows={rows} row {r}");
+                    assert!(
+                        (scalar[r] as f64 - exact).abs() <= 1e-4 * mag + 1e-30,
+                        "{what}: scalar {} vs f32 {exact} (|terms| {mag})",
+                        scalar[r]
+                    );
+                    for &tier in &available_tiers()[1..] {
+                        let got = run(ty, tier, n, &w, &xs)[r];
+                        assert!(
+                            (got as f64 - scalar[r] as f64).abs() <= 1e-5 * mag + 1e-30,
+                            "{what} {}: {got} vs scalar {} (|terms| {mag})",
+                            tier.name(),
+                            scalar[r]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn q4_k_all_tiers() {
+    check_type(GgmlType::Q4_K);
+}
+
+#[test]
+fn q6_k_all_tiers() {
+    check_type(GgmlType::Q6_K);
+}
+
+#[test]
+fn odd_addresses() {
+    let mut rng = Rng(7);
+    for &ty in TYPES {
+        let n = 3 * QK_K;
+        let w = weight_row(ty, 3, Fill::Random, &mut rng);
+        let acts: Vec<Vec<u8>> = (0..MAX_ROWS).map(|_| act_row(n, false, &mut rng)).collect();
+        let shifted = |bytes: &[u8]| {
+            let mut v = vec![0u8; bytes.len() + 1];
+            v[1..].copy_from_slice(bytes);
+            v
+        };
+        let w_odd = shifted(&w);
+        let acts_odd: Vec<Vec<u8>> = acts.iter().map(|a| shifted(a)).collect();
+        let xs: Vec<&[u8]> = acts.iter().map(|a| a.as_slice()).collect();
+        let xs_odd: Vec<&[u8]> = acts_odd.iter().map(|a| &a[1..]).collect();
+        for tier in available_tiers() {
+            let aligned = run(ty, tier, n, &w, &xs);
+            let odd = run(ty, tier, n, &w_odd[1..], &xs_odd);
+            assert_eq!(aligned, odd, "{ty} {}", tier.name());
+        }
+    }
+}
+
+#[test]
+fn bad_lengths_give_nan() {
+    let mut rng = Rng(11);
+    for &ty in TYPES {
+        let w = weight_row(ty, 2, Fill::Random, &mut rng);
+        let x = act_row(2 * QK_K, false, &mut rng);
+        for tier in available_tiers() {
+            assert!(run(ty, tier, QK_K, &w, &[&x])[0].is_nan());
+            assert!(run(ty, tier, 2 * QK_K, &w[1..], &[&x])[0].is_nan());
+            assert!(run(ty, tier, 2 * QK_K, &w, &[&x[1..]])[0].is_nan());
+            assert!(run(ty, tier, 2 * QK_K + 1, &w, &[&x])[0].is_nan());
+        }
+    }
+}
+
+#[test]
+fn tiers_resolve() {
+    for &ty in TYPES {
+        assert_eq!(kernel(ty, Tier::Scalar).unwrap().tier, Tier::Scalar);
+        for tier in available_tiers() {
+            assert_eq!(kernel(ty, tier).unwrap().tier, tier, "{ty}");
+        }
+        assert_eq!(kernel(ty, detected_tier()).unwrap().tier, detected_tier());
+    }
+    assert!(kernel(GgmlType::Q4_0, Tier::Avx512).is_none());
+}
+
+/// Single-thread throughput in GB/s of weight bytes for a 4096x4096 matrix, 1 and 4 rows:
+/// `cargo test --release -p ishizuki-cpu kquants::tests::throughput -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn throughput() {
+    let mut rng = Rng(3);
+    let (n, n_out) = (4096, 4096);
+    for &ty in TYPES {
+        let row_bytes = ty.row_bytes(n as u64).unwrap() as usize;
+        let w = weight_row(ty, n_out * n / QK_K, Fill::Random, &mut rng);
+        let acts: Vec<Vec<u8>> = (0..MAX_ROWS).map(|_| act_row(n, false, &mut rng)).collect();
+        for tier in available_tiers() {
+            let k = kernel(ty, tier).unwrap();
+            let mut line = format!("{ty:7} {:12}", tier.name());
+            for rows in [1, MAX_ROWS] {
+                let xs: Vec<&[u8]> = acts[..rows].iter().map(|a| a.as_slice()).collect();
+                let mut out = [0f32; MAX_ROWS];
+                let mut best = f64::INFINITY;
+                for _ in 0..5 {
+                    let t = std::time::Instant::now();
+                    for row in w.chunks_exact(row_bytes) {
+                        // SAFETY: available tier, whole rows.
+                        unsafe { (k.dot)(n, row, &xs, &mut out[..rows]) };
+                        std::hint::black_box(&out);
+                    }
+                    best = best.min(t.elapsed().as_secs_f64());
+                }
+                line += &format!("  {rows} row(s): {:6.1} GB/s", w.len() as f64 / best / 1e9);
+            }
+            println!("{line}");
+        }
+    }
+}
