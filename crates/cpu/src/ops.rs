@@ -8,7 +8,9 @@ pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32, kind: NormKind) {
     }
     for row in x.chunks_exact_mut(n) {
         let ss: f64 = row.iter().map(|v| (*v as f64) * (*v as f64)).sum();
-        let scale = (1.0 / ((ss / n as f64) + eps as f64).sqrt()) as f32;
+        let mean_sq = ss / n as f64 + eps as f64;
+        // An all-zero row with eps 0 stays zero instead of becoming 0 * inf.
+        let scale = if mean_sq > 0.0 { (1.0 / mean_sq.sqrt()) as f32 } else { 0.0 };
         match kind {
             NormKind::Rms => row
                 .iter_mut()
