@@ -1,0 +1,162 @@
+//! Pieces shared by the AVX2 and AVX-512 tiers: scale gathers, nibble unpacking and the block
+//! loop. The loop is a macro so that each tier's unpack and dot instructions inline into one
+//! `target_feature` function.
+use std::arch::x86_64::*;
+
+/// Blocks whose f16 scales are gathered and converted together.
+pub(super) const GROUP: usize = 8;
+
+/// Byte offsets of the first `GROUP` blocks of `stride` bytes, one per dword lane.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn lane_offsets(stride: usize) -> __m256i {
+    _mm256_mullo_epi32(
+        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+        _mm256_set1_epi32(stride as i32),
+    )
+}
+
+/// The first 4 bytes (f16 `d` and the next f16) of each of `count` <= GROUP blocks at `p`
+/// and `offsets`, one block per dword lane; lanes at or past `count` read nothing and hold 0.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn block_heads(p: *const u8, offsets: __m256i, count: usize) -> __m256i {
+    let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(count as i32), lanes);
+    _mm256_mask_i32gather_epi32::<1>(_mm256_setzero_si256(), p.cast(), offsets, mask)
+}
+
+/// f32 values of the f16 in the low half and in the high half of each dword lane.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn f16_halves(heads: __m256i) -> (__m256, __m256) {
+    // per 128-bit lane: the four low halves, then the four high halves
+    let split = _mm256_setr_epi8(
+        0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, //
+        0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+    );
+    let t = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_shuffle_epi8(heads, split));
+    let low = _mm256_cvtph_ps(_mm256_castsi256_si128(t));
+    let high = _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(t));
+    (low, high)
+}
+
+/// The 16 bytes at `p` as 32 values: their low nibbles, then their high nibbles.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn nibbles(p: *const u8) -> __m256i {
+    let both = _mm256_broadcastsi128_si256(_mm_loadu_si128(p.cast()));
+    let shifted = _mm256_srlv_epi32(both, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
+    _mm256_and_si256(shifted, _mm256_set1_epi8(0x0f))
+}
+
+/// Byte j is 0xFF where bit j of the little-endian u32 at `p` is set, else 0.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn bit_bytes(p: *const u8) -> __m256i {
+    let bits = _mm256_set1_epi32(p.cast::<i32>().read_unaligned());
+    let spread = _mm256_shuffle_epi8(
+        bits,
+        _mm256_setr_epi64x(
+            0,
+            0x0101_0101_0101_0101,
+            0x0202_0202_0202_0202,
+            0x0303_0303_0303_0303,
+        ),
+    );
+    // byte k of the probe has every bit but bit k
+    let probe = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
+    _mm256_cmpeq_epi8(_mm256_or_si256(spread, probe), _mm256_set1_epi64x(-1))
+}
+
+/// 16 IQ4_NL levels in each 128-bit lane, for `_mm256_shuffle_epi8`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn iq4nl_table() -> __m256i {
+    let table = ishizuki_core::quant::KVALUES_IQ4NL;
+    _mm256_broadcastsi128_si256(_mm_loadu_si128(table.as_ptr().cast()))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// Defines `$entry: VecDot` for one weight type: per group of 8 blocks the f16 scales of the
+/// weights and of every activation row are gathered and multiplied as vectors; per block the
+/// weights are unpacked once (`$unpack`: block pointer -> 32 values, u8 or with `signed` i8)
+/// and multiplied with each row's 32 activation bytes by `$dot` (u8 x i8 -> 8 i32 lanes).
+/// Signed weights go through the sign trick: |w| x (y with w's sign).
+/// With `min`, activations are Q8_1 and each block adds `m * s` to the row sum.
+/// The caller imports `std::arch::x86_64::*` and this module's helpers.
+macro_rules! block_kernel {
+    ($entry:ident, $feature:literal, weight_bytes: $wb:literal, min: $min:literal,
+     signed: $signed:literal, unpack: $unpack:path, dot: $dot:path) => {
+        #[target_feature(enable = $feature)]
+        pub(super) unsafe fn $entry(n: usize, w: &[u8], xs: &[&[u8]], out: &mut [f32]) {
+            const XB: usize = if $min { 36 } else { 34 };
+            let Some(nb) = super::blocks_per_row(n, w, xs, out, $wb, XB) else {
+                return super::poison(out);
+            };
+
+            #[target_feature(enable = $feature)]
+            #[inline]
+            unsafe fn rows<const R: usize>(
+                nb: usize,
+                w: *const u8,
+                xs: [*const u8; R],
+            ) -> [f32; R] {
+                let mut acc = [_mm256_setzero_ps(); R];
+                let mut acc_min = [_mm256_setzero_ps(); R];
+                let mut scales = [[0f32; GROUP]; R];
+                let (w_offsets, x_offsets) = (lane_offsets($wb), lane_offsets(XB));
+                let mut g = 0;
+                while g < nb {
+                    let count = (nb - g).min(GROUP);
+                    let wg = w.add(g * $wb);
+                    let (dw, mw) = f16_halves(block_heads(wg, w_offsets, count));
+                    for r in 0..R {
+                        let heads = block_heads(xs[r].add(g * XB), x_offsets, count);
+                        let (dy, sy) = f16_halves(heads);
+                        _mm256_storeu_ps(scales[r].as_mut_ptr(), _mm256_mul_ps(dw, dy));
+                        if $min {
+                            acc_min[r] = _mm256_fmadd_ps(mw, sy, acc_min[r]);
+                        }
+                    }
+                    for k in 0..count {
+                        let q = $unpack(wg.add(k * $wb));
+                        let qa = if $signed { _mm256_sign_epi8(q, q) } else { q };
+                        for r in 0..R {
+                            let yp = xs[r].add((g + k) * XB + XB - 32);
+                            let y = _mm256_loadu_si256(yp.cast());
+                            let y = if $signed { _mm256_sign_epi8(y, q) } else { y };
+                            let sum = _mm256_cvtepi32_ps($dot(qa, y));
+                            let scale =
+                                _mm256_broadcast_ss(scales.get_unchecked(r).get_unchecked(k));
+                            acc[r] = _mm256_fmadd_ps(scale, sum, acc[r]);
+                        }
+                    }
+                    g += GROUP;
+                }
+                let mut res = [0f32; R];
+                for r in 0..R {
+                    res[r] = hsum(_mm256_add_ps(acc[r], acc_min[r]));
+                }
+                res
+            }
+
+            let w = w.as_ptr();
+            let x = |i: usize| xs[i].as_ptr();
+            match xs.len() {
+                1 => out[..1].copy_from_slice(&rows::<1>(nb, w, [x(0)])),
+                2 => out[..2].copy_from_slice(&rows::<2>(nb, w, [x(0), x(1)])),
+                3 => out[..3].copy_from_slice(&rows::<3>(nb, w, [x(0), x(1), x(2)])),
+                _ => out[..4].copy_from_slice(&rows::<4>(nb, w, [x(0), x(1), x(2), x(3)])),
+            }
+        }
+    };
+}
+pub(super) use block_kernel;
