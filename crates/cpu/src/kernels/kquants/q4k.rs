@@ -57,14 +57,15 @@ fn rows_scalar<const R: usize>(w: &[BlockQ4K], ys: [&[BlockQ8K]; R], out: &mut [
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn rows_avx2<const R: usize>(w: &[BlockQ4K], ys: [&[BlockQ8K]; R], out: &mut [f32]) {
-    use super::x86::{bcast16, hsum_ps};
+    use super::x86::{bcast16, f16_pair, hsum_ps, k4_scales_mins};
     use std::arch::x86_64::*;
     let m4 = _mm256_set1_epi8(0x0f);
     // bytes 8..16 (the mins), each twice: one per 16-element bsum
     let dup_mins = _mm_set_epi8(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
     let mut acc = [_mm256_setzero_ps(); R];
+    let mut acc_m = [_mm256_setzero_ps(); R];
     for (i, b) in w.iter().enumerate() {
-        let sm = _mm_loadu_si128(k4_scales_mins(&b.scales).as_ptr().cast());
+        let sm = k4_scales_mins(std::ptr::from_ref(b).cast::<u8>().add(4));
         let scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
         let mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, dup_mins));
         let mut sumi = [_mm256_setzero_si256(); R];
@@ -85,17 +86,19 @@ unsafe fn rows_avx2<const R: usize>(w: &[BlockQ4K], ys: [&[BlockQ8K]; R], out: &
                 *s = _mm256_add_epi32(*s, p);
             }
         }
-        let (d, dmin) = (f16_to_f32(b.d), f16_to_f32(b.dmin));
-        for ((a, s), y) in acc.iter_mut().zip(sumi).zip(ys) {
+        let dm = f16_pair(&b.d, &b.dmin);
+        for (((a, am), s), y) in acc.iter_mut().zip(&mut acc_m).zip(sumi).zip(ys) {
             let y = y.get_unchecked(i);
             let bsums = _mm256_loadu_si256(y.bsums.as_ptr().cast());
             let m = _mm256_madd_epi16(bsums, mins);
-            *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(d * y.d()), *a);
-            *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(-dmin * y.d()), *a);
+            let f = _mm_mul_ps(dm, _mm_set1_ps(y.d()));
+            *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_broadcastss_ps(f), *a);
+            let fm = _mm256_broadcastss_ps(_mm_movehdup_ps(f));
+            *am = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), fm, *am);
         }
     }
-    for (o, a) in out.iter_mut().zip(acc) {
-        *o = hsum_ps(a);
+    for ((o, a), am) in out.iter_mut().zip(acc).zip(acc_m) {
+        *o = hsum_ps(_mm256_add_ps(a, am));
     }
 }
 
@@ -106,14 +109,15 @@ unsafe fn rows_avx2<const R: usize>(w: &[BlockQ4K], ys: [&[BlockQ8K]; R], out: &
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")]
 unsafe fn rows_avx512<const R: usize>(w: &[BlockQ4K], ys: [&[BlockQ8K]; R], out: &mut [f32]) {
-    use super::x86::{idx_halves, join, lanes_u8};
+    use super::x86::{f16_pair, hsum_ps, idx_halves, join, k4_scales_mins, lanes_u8};
     use std::arch::x86_64::*;
     let m4 = _mm512_set1_epi8(0x0f);
     let dup_mins = _mm_set_epi8(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
     let idx: [__m512i; 4] = std::array::from_fn(|j| idx_halves(2 * j as i32, 2 * j as i32 + 1));
     let mut acc = [_mm512_setzero_ps(); R];
+    let mut acc_m = [_mm256_setzero_ps(); R];
     for (i, b) in w.iter().enumerate() {
-        let sm = _mm_loadu_si128(k4_scales_mins(&b.scales).as_ptr().cast());
+        let sm = k4_scales_mins(std::ptr::from_ref(b).cast::<u8>().add(4));
         let scales = _mm512_cvtepu8_epi32(sm);
         let mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, dup_mins));
         let mut sumi = [_mm512_setzero_si512(); R];
@@ -127,16 +131,18 @@ unsafe fn rows_avx512<const R: usize>(w: &[BlockQ4K], ys: [&[BlockQ8K]; R], out:
                 *s = _mm512_dpwssd_epi32(*s, dot, sc);
             }
         }
-        let (d, dmin) = (f16_to_f32(b.d), f16_to_f32(b.dmin));
-        for ((a, s), y) in acc.iter_mut().zip(sumi).zip(ys) {
+        let dm = f16_pair(&b.d, &b.dmin);
+        for (((a, am), s), y) in acc.iter_mut().zip(&mut acc_m).zip(sumi).zip(ys) {
             let y = y.get_unchecked(i);
             let bsums = _mm256_loadu_si256(y.bsums.as_ptr().cast());
-            let m = _mm512_zextsi256_si512(_mm256_madd_epi16(bsums, mins));
-            *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(d * y.d()), *a);
-            *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_set1_ps(-dmin * y.d()), *a);
+            let m = _mm256_madd_epi16(bsums, mins);
+            let f = _mm_mul_ps(dm, _mm_set1_ps(y.d()));
+            *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_broadcastss_ps(f), *a);
+            let fm = _mm256_broadcastss_ps(_mm_movehdup_ps(f));
+            *am = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), fm, *am);
         }
     }
-    for (o, a) in out.iter_mut().zip(acc) {
-        *o = _mm512_reduce_add_ps(a);
+    for ((o, a), am) in out.iter_mut().zip(acc).zip(acc_m) {
+        *o = _mm512_reduce_add_ps(a) + hsum_ps(am);
     }
 }

@@ -61,7 +61,7 @@ fn rows_scalar<const R: usize>(w: &[BlockQ6K], ys: [&[BlockQ8K]; R], out: &mut [
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn rows_avx2<const R: usize>(w: &[BlockQ6K], ys: [&[BlockQ8K]; R], out: &mut [f32]) {
-    use super::x86::hsum_ps;
+    use super::x86::{f16_one, hsum_ps};
     use std::arch::x86_64::*;
     let m4 = _mm256_set1_epi8(0x0f);
     let m30 = _mm256_set1_epi8(0x30);
@@ -107,7 +107,7 @@ unsafe fn rows_avx2<const R: usize>(w: &[BlockQ6K], ys: [&[BlockQ8K]; R], out: &
             }
         }
         let scales16 = _mm256_cvtepi8_epi16(scales8);
-        let d = f16_to_f32(b.d);
+        let d = f16_one(&b.d);
         for ((a, s), y) in acc.iter_mut().zip(sumi).zip(ys) {
             let y = y.get_unchecked(i);
             let bsums = _mm256_loadu_si256(y.bsums.as_ptr().cast());
@@ -127,7 +127,7 @@ unsafe fn rows_avx2<const R: usize>(w: &[BlockQ6K], ys: [&[BlockQ8K]; R], out: &
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")]
 unsafe fn rows_avx512<const R: usize>(w: &[BlockQ6K], ys: [&[BlockQ8K]; R], out: &mut [f32]) {
-    use super::x86::{idx_quarters, join, lanes_u8};
+    use super::x86::{f16_one, idx_quarters, join, lanes_u8};
     use std::arch::x86_64::*;
     let m4 = _mm512_set1_epi8(0x0f);
     let m30 = _mm512_set1_epi8(0x30);
@@ -165,7 +165,7 @@ unsafe fn rows_avx512<const R: usize>(w: &[BlockQ6K], ys: [&[BlockQ8K]; R], out:
             }
         }
         let scales16 = _mm256_cvtepi8_epi16(scales8);
-        let d = f16_to_f32(b.d);
+        let d = f16_one(&b.d);
         for ((a, s), y) in acc.iter_mut().zip(sumi).zip(ys) {
             let y = y.get_unchecked(i);
             let bsums = _mm256_loadu_si256(y.bsums.as_ptr().cast());

@@ -195,36 +195,54 @@ fn tiers_resolve() {
     assert!(kernel(GgmlType::Q4_0, Tier::Avx512).is_none());
 }
 
-/// Single-thread throughput in GB/s of weight bytes for a 4096x4096 matrix, 1 and 4 rows:
+/// Single-thread throughput in GB/s of weight bytes for 4096-wide rows, 1 and 4 activation
+/// rows, over an L2-sized matrix (256 rows) and a 4096x4096 one:
 /// `cargo test --release -p ishizuki-cpu kquants::tests::throughput -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn throughput() {
+    let pool = crate::pool::ThreadPool::new(1);
+    for mb in [1, 16] {
+        let bw = crate::membw::read_bandwidth(&pool, mb << 20, 5);
+        println!("single-thread read bandwidth over {mb} MiB: {bw:.1} GB/s");
+    }
     let mut rng = Rng(3);
-    let (n, n_out) = (4096, 4096);
-    for &ty in TYPES {
-        let row_bytes = ty.row_bytes(n as u64).unwrap() as usize;
-        let w = weight_row(ty, n_out * n / QK_K, Fill::Random, &mut rng);
-        let acts: Vec<Vec<u8>> = (0..MAX_ROWS).map(|_| act_row(n, false, &mut rng)).collect();
-        for tier in available_tiers() {
-            let k = kernel(ty, tier).unwrap();
-            let mut line = format!("{ty:7} {:12}", tier.name());
-            for rows in [1, MAX_ROWS] {
-                let xs: Vec<&[u8]> = acts[..rows].iter().map(|a| a.as_slice()).collect();
-                let mut out = [0f32; MAX_ROWS];
-                let mut best = f64::INFINITY;
-                for _ in 0..5 {
-                    let t = std::time::Instant::now();
-                    for row in w.chunks_exact(row_bytes) {
-                        // SAFETY: available tier, whole rows.
-                        unsafe { (k.dot)(n, row, &xs, &mut out[..rows]) };
-                        std::hint::black_box(&out);
-                    }
-                    best = best.min(t.elapsed().as_secs_f64());
+    let n = 4096;
+    let only = std::env::var("KQ_TYPE").ok();
+    for &ty in TYPES
+        .iter()
+        .filter(|t| only.as_ref().is_none_or(|o| *o == t.to_string()))
+    {
+        for n_out in [256, 4096] {
+            let w = weight_row(ty, n_out * n / QK_K, Fill::Random, &mut rng);
+            let acts: Vec<Vec<u8>> = (0..MAX_ROWS).map(|_| act_row(n, false, &mut rng)).collect();
+            for tier in available_tiers() {
+                let mut line = format!("{ty:7} {n_out:4}x{n} {:12}", tier.name());
+                for rows in [1, MAX_ROWS] {
+                    let gbs = w.len() as f64 / best_pass_secs(ty, tier, n, &w, &acts[..rows]) / 1e9;
+                    line += &format!("  {rows} row(s): {gbs:6.1} GB/s");
                 }
-                line += &format!("  {rows} row(s): {:6.1} GB/s", w.len() as f64 / best / 1e9);
+                println!("{line}");
             }
-            println!("{line}");
         }
     }
+}
+
+/// Fastest of several timed passes over every weight row.
+fn best_pass_secs(ty: GgmlType, tier: Tier, n: usize, w: &[u8], acts: &[Vec<u8>]) -> f64 {
+    let k = kernel(ty, tier).unwrap();
+    let row_bytes = ty.row_bytes(n as u64).unwrap() as usize;
+    let xs: Vec<&[u8]> = acts.iter().map(|a| a.as_slice()).collect();
+    let mut out = [0f32; MAX_ROWS];
+    let mut best = f64::INFINITY;
+    for _ in 0..15 {
+        let t = std::time::Instant::now();
+        for row in w.chunks_exact(row_bytes) {
+            // SAFETY: available tier, whole rows.
+            unsafe { (k.dot)(n, row, &xs, &mut out[..xs.len()]) };
+            std::hint::black_box(&out);
+        }
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    best
 }
