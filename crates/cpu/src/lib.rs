@@ -14,6 +14,8 @@ use pool::ThreadPool;
 
 pub struct CpuBackend {
     pool: ThreadPool,
+    /// Dequantize every weight to f32 instead of quantizing activations (reference accuracy).
+    exact: bool,
 }
 
 impl CpuBackend {
@@ -26,6 +28,16 @@ impl CpuBackend {
         };
         CpuBackend {
             pool: ThreadPool::new(n),
+            exact: false,
+        }
+    }
+
+    /// A backend whose matmuls dequantize weights to f32 and never quantize activations: slower,
+    /// closest to an fp32 reference.
+    pub fn exact(n_threads: usize) -> CpuBackend {
+        CpuBackend {
+            exact: true,
+            ..CpuBackend::new(n_threads)
         }
     }
 
@@ -45,7 +57,7 @@ impl Backend for CpuBackend {
     }
 
     fn matmul(&self, w: &WeightView, x: &[f32], rows: usize, out: &mut [f32]) -> Result<()> {
-        matmul::matmul(&self.pool, w, x, rows, out)
+        matmul::matmul(&self.pool, w, x, rows, out, self.exact)
     }
 
     fn embed(&self, table: &WeightView, ids: &[u32], out: &mut [f32]) -> Result<()> {

@@ -26,12 +26,14 @@ pub fn check_supported(ty: GgmlType) -> Result<()> {
     dequantize_row(ty, &zeros, &mut probe).map_err(|_| Error::UnsupportedType(ty, "cpu matmul"))
 }
 
+/// `exact` skips the quantized kernels (f32 dequantized weights, f32 activations).
 pub fn matmul(
     pool: &ThreadPool,
     w: &WeightView,
     x: &[f32],
     rows: usize,
     out: &mut [f32],
+    exact: bool,
 ) -> Result<()> {
     let (n_in, n_out) = (w.n_in, w.n_out);
     let row_bytes = w.row_bytes()?;
@@ -44,7 +46,7 @@ pub fn matmul(
             out.len()
         )));
     }
-    match kernels::kernel(w.ty, tier()) {
+    match kernels::kernel(w.ty, tier()).filter(|_| !exact) {
         Some(k) => matmul_quantized(pool, w, k, x, rows, out),
         None => {
             check_supported(w.ty)?;

@@ -10,7 +10,11 @@ pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32, kind: NormKind) {
         let ss: f64 = row.iter().map(|v| (*v as f64) * (*v as f64)).sum();
         let mean_sq = ss / n as f64 + eps as f64;
         // An all-zero row with eps 0 stays zero instead of becoming 0 * inf.
-        let scale = if mean_sq > 0.0 { (1.0 / mean_sq.sqrt()) as f32 } else { 0.0 };
+        let scale = if mean_sq > 0.0 {
+            (1.0 / mean_sq.sqrt()) as f32
+        } else {
+            0.0
+        };
         match kind {
             NormKind::Rms => row
                 .iter_mut()
@@ -22,6 +26,20 @@ pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32, kind: NormKind) {
                 .for_each(|(v, wi)| *v = *v * scale * (1.0 + wi)),
         }
     }
+}
+
+/// The cos/sin table of the last rope call: every layer rotates q and k at the same positions,
+/// so one table serves the whole forward.
+#[derive(Default)]
+struct RopeTable {
+    key: (u32, u32, usize),
+    positions: Vec<u32>,
+    /// `(positions.len(), head_dim / 2)` pairs of (cos, sin).
+    cos_sin: Vec<(f32, f32)>,
+}
+
+thread_local! {
+    static ROPE_TABLE: std::cell::RefCell<RopeTable> = std::cell::RefCell::new(RopeTable::default());
 }
 
 /// Rotates pairs by `pos * freq_scale * theta^(-2i/head_dim)`; angles in f64 so long contexts
@@ -36,26 +54,43 @@ pub fn rope(
     kind: RopeKind,
 ) {
     let half = head_dim / 2;
-    let inv_freq: Vec<f64> = (0..half)
-        .map(|i| (theta as f64).powf(-2.0 * i as f64 / head_dim as f64))
-        .collect();
-    let mut cos_sin = vec![(0f32, 0f32); half];
-    for (row, &pos) in x.chunks_exact_mut(n_head * head_dim).zip(positions) {
-        for (cs, f) in cos_sin.iter_mut().zip(&inv_freq) {
-            let a = pos as f64 * freq_scale as f64 * f;
-            *cs = (a.cos() as f32, a.sin() as f32);
+    ROPE_TABLE.with_borrow_mut(|t| {
+        let key = (theta.to_bits(), freq_scale.to_bits(), head_dim);
+        if t.key != key || t.positions != positions {
+            let inv_freq: Vec<f64> = (0..half)
+                .map(|i| freq_scale as f64 * (theta as f64).powf(-2.0 * i as f64 / head_dim as f64))
+                .collect();
+            t.cos_sin.clear();
+            for &pos in positions {
+                t.cos_sin.extend(inv_freq.iter().map(|f| {
+                    let (s, c) = (pos as f64 * f).sin_cos();
+                    (c as f32, s as f32)
+                }));
+            }
+            t.key = key;
+            t.positions = positions.to_vec();
         }
-        for head in row.chunks_exact_mut(head_dim) {
-            for (i, &(c, s)) in cos_sin.iter().enumerate() {
-                let (a, b) = match kind {
-                    RopeKind::Norm => (2 * i, 2 * i + 1),
-                    RopeKind::Neox => (i, i + half),
-                };
-                let (x0, x1) = (head[a], head[b]);
-                head[a] = x0 * c - x1 * s;
-                head[b] = x0 * s + x1 * c;
+        for (row, cos_sin) in x
+            .chunks_exact_mut(n_head * head_dim)
+            .zip(t.cos_sin.chunks_exact(half))
+        {
+            for head in row.chunks_exact_mut(head_dim) {
+                rotate_head(head, cos_sin, kind);
             }
         }
+    });
+}
+
+fn rotate_head(head: &mut [f32], cos_sin: &[(f32, f32)], kind: RopeKind) {
+    let half = cos_sin.len();
+    for (i, &(c, s)) in cos_sin.iter().enumerate() {
+        let (a, b) = match kind {
+            RopeKind::Norm => (2 * i, 2 * i + 1),
+            RopeKind::Neox => (i, i + half),
+        };
+        let (x0, x1) = (head[a], head[b]);
+        head[a] = x0 * c - x1 * s;
+        head[b] = x0 * s + x1 * c;
     }
 }
 
