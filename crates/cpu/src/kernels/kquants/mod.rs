@@ -9,6 +9,7 @@ use ishizuki_core::quant::{try_as_blocks, BlockQ8K, QK_K};
 use ishizuki_core::{GgmlType, Result};
 
 mod q4k;
+mod q5k;
 mod q6k;
 #[cfg(test)]
 mod tests;
@@ -19,6 +20,7 @@ mod x86;
 pub fn kernel(ty: GgmlType, tier: Tier) -> Option<QKernel> {
     let table: &[(Tier, VecDot)] = match ty {
         GgmlType::Q4_K => q4k::KERNELS,
+        GgmlType::Q5_K => q5k::KERNELS,
         GgmlType::Q6_K => q6k::KERNELS,
         _ => return None,
     };

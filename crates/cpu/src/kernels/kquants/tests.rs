@@ -6,7 +6,7 @@ use crate::simd::{available_tiers, detected_tier, Tier};
 use ishizuki_core::quant::{dequantize_row, f32_to_f16, quantize_row, QK_K};
 use ishizuki_core::GgmlType;
 
-const TYPES: &[GgmlType] = &[GgmlType::Q4_K, GgmlType::Q6_K];
+const TYPES: &[GgmlType] = &[GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_K];
 
 /// xorshift64*: deterministic test data without a dependency.
 struct Rng(u64);
@@ -142,6 +142,11 @@ fn q4_k_all_tiers() {
 #[test]
 fn q6_k_all_tiers() {
     check_type(GgmlType::Q6_K);
+}
+
+#[test]
+fn q5_k_all_tiers() {
+    check_type(GgmlType::Q5_K);
 }
 
 #[test]
