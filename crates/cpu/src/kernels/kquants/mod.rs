@@ -8,6 +8,8 @@ use crate::simd::Tier;
 use ishizuki_core::quant::{try_as_blocks, BlockQ8K, QK_K};
 use ishizuki_core::{GgmlType, Result};
 
+mod q2k;
+mod q3k;
 mod q4k;
 mod q5k;
 mod q6k;
@@ -19,6 +21,8 @@ mod x86;
 /// The best kernel for weights of `ty` at or below `tier`, if `ty` is one of ours.
 pub fn kernel(ty: GgmlType, tier: Tier) -> Option<QKernel> {
     let table: &[(Tier, VecDot)] = match ty {
+        GgmlType::Q2_K => q2k::KERNELS,
+        GgmlType::Q3_K => q3k::KERNELS,
         GgmlType::Q4_K => q4k::KERNELS,
         GgmlType::Q5_K => q5k::KERNELS,
         GgmlType::Q6_K => q6k::KERNELS,

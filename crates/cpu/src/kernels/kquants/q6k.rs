@@ -61,7 +61,7 @@ fn rows_scalar<const R: usize>(w: &[BlockQ6K], ys: [&[BlockQ8K]; R], out: &mut [
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn rows_avx2<const R: usize>(w: &[BlockQ6K], ys: [&[BlockQ8K]; R], out: &mut [f32]) {
-    use super::x86::{f16_one, hsum_ps};
+    use super::x86::{f16_one, hsum_ps, pair_pattern};
     use std::arch::x86_64::*;
     let m4 = _mm256_set1_epi8(0x0f);
     let m30 = _mm256_set1_epi8(0x30);
@@ -93,10 +93,7 @@ unsafe fn rows_avx2<const R: usize>(w: &[BlockQ6K], ys: [&[BlockQ8K]; R], out: &
                 ),
             ];
             for (k, q6) in q6.iter().enumerate() {
-                // sub-blocks 2s and 2s+1 for step s: scale bytes 2s x8 then 2s+1 x8
-                let s = (8 * half + 2 * k) as u8;
-                let pick =
-                    _mm_set_epi64x(i64::from_ne_bytes([s + 1; 8]), i64::from_ne_bytes([s; 8]));
+                let pick = pair_pattern(4 * half + k);
                 let sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales8, pick));
                 let at = 128 * half + 32 * k;
                 for (acc_i, y) in sumi.iter_mut().zip(ys) {

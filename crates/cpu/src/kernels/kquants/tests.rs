@@ -6,7 +6,13 @@ use crate::simd::{available_tiers, detected_tier, Tier};
 use ishizuki_core::quant::{dequantize_row, f32_to_f16, quantize_row, QK_K};
 use ishizuki_core::GgmlType;
 
-const TYPES: &[GgmlType] = &[GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_K];
+const TYPES: &[GgmlType] = &[
+    GgmlType::Q4_K,
+    GgmlType::Q6_K,
+    GgmlType::Q5_K,
+    GgmlType::Q3_K,
+    GgmlType::Q2_K,
+];
 
 /// xorshift64*: deterministic test data without a dependency.
 struct Rng(u64);
@@ -147,6 +153,16 @@ fn q6_k_all_tiers() {
 #[test]
 fn q5_k_all_tiers() {
     check_type(GgmlType::Q5_K);
+}
+
+#[test]
+fn q3_k_all_tiers() {
+    check_type(GgmlType::Q3_K);
+}
+
+#[test]
+fn q2_k_all_tiers() {
+    check_type(GgmlType::Q2_K);
 }
 
 #[test]

@@ -95,3 +95,12 @@ pub(super) unsafe fn k4_scales_mins(packed: *const u8) -> __m128i {
     let high = _mm_and_si128(_mm_srli_epi16(high, 2), _mm_set1_epi8(0x30));
     _mm_or_si128(low, high)
 }
+
+/// `pshufb` control giving byte `2k` in bytes 0..8 and byte `2k+1` in bytes 8..16: after
+/// widening to i16, the scales of the two 16-element sub-blocks of a 32-element step.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn pair_pattern(k: usize) -> __m128i {
+    let s = 2 * k as u8;
+    _mm_set_epi64x(i64::from_ne_bytes([s + 1; 8]), i64::from_ne_bytes([s; 8]))
+}
