@@ -67,6 +67,28 @@ pub trait Backend: Send + Sync {
     /// `out (rows, n_out) = x (rows, n_in) . w^T`, any number of rows.
     fn matmul(&self, w: &WeightView, x: &[f32], rows: usize, out: &mut [f32]) -> Result<()>;
 
+    /// Several matmuls of the same input `x` (q/k/v, gate/up), `outs[i]` for `ws[i]`; a backend
+    /// may quantize `x` once and run them in one parallel region.
+    fn matmul_multi(
+        &self,
+        ws: &[WeightView],
+        x: &[f32],
+        rows: usize,
+        outs: &mut [&mut [f32]],
+    ) -> Result<()> {
+        if ws.len() != outs.len() {
+            return Err(crate::Error::Shape(format!(
+                "{} weights for {} outputs",
+                ws.len(),
+                outs.len()
+            )));
+        }
+        for (w, out) in ws.iter().zip(outs.iter_mut()) {
+            self.matmul(w, x, rows, out)?;
+        }
+        Ok(())
+    }
+
     /// Gathers the rows `ids` of an embedding table as f32 into `out (ids.len(), n_in)`.
     fn embed(&self, table: &WeightView, ids: &[u32], out: &mut [f32]) -> Result<()>;
 

@@ -60,6 +60,16 @@ impl Backend for CpuBackend {
         matmul::matmul(&self.pool, w, x, rows, out, self.exact)
     }
 
+    fn matmul_multi(
+        &self,
+        ws: &[WeightView],
+        x: &[f32],
+        rows: usize,
+        outs: &mut [&mut [f32]],
+    ) -> Result<()> {
+        matmul::matmul_multi(&self.pool, ws, x, rows, outs, self.exact)
+    }
+
     fn embed(&self, table: &WeightView, ids: &[u32], out: &mut [f32]) -> Result<()> {
         matmul::embed(table, ids, out)
     }

@@ -35,6 +35,67 @@ pub fn matmul(
     out: &mut [f32],
     exact: bool,
 ) -> Result<()> {
+    matmul_multi(pool, std::slice::from_ref(w), x, rows, &mut [out], exact)
+}
+
+/// Several matmuls of the same input (q/k/v, gate/up): the activations are quantized once and
+/// all weights' row chunks share one parallel region.
+pub fn matmul_multi(
+    pool: &ThreadPool,
+    ws: &[WeightView],
+    x: &[f32],
+    rows: usize,
+    outs: &mut [&mut [f32]],
+    exact: bool,
+) -> Result<()> {
+    if ws.len() != outs.len() {
+        return Err(Error::Shape(format!(
+            "{} weights for {} outputs",
+            ws.len(),
+            outs.len()
+        )));
+    }
+    for (w, out) in ws.iter().zip(outs.iter()) {
+        check_shapes(w, x, rows, out)?;
+    }
+    let ks: Vec<Option<QKernel>> = ws
+        .iter()
+        .map(|w| kernels::kernel(w.ty, tier()).filter(|_| !exact))
+        .collect();
+    let shared_act = ks.first().copied().flatten().map(|k| k.act);
+    if let Some(act) = shared_act.filter(|a| ks.iter().all(|k| k.is_some_and(|k| k.act == *a))) {
+        let jobs: Vec<Job> = ws
+            .iter()
+            .zip(&ks)
+            .zip(outs.iter_mut())
+            .map(|((w, k), out)| Job {
+                w: *w,
+                k: k.expect("checked"),
+                out: SharedMut(out.as_mut_ptr()),
+            })
+            .collect();
+        return matmul_quantized(pool, &jobs, act, x, rows);
+    }
+    for ((w, k), out) in ws.iter().zip(&ks).zip(outs.iter_mut()) {
+        match k {
+            Some(k) => {
+                let job = Job {
+                    w: *w,
+                    k: *k,
+                    out: SharedMut(out.as_mut_ptr()),
+                };
+                matmul_quantized(pool, &[job], k.act, x, rows)?;
+            }
+            None => {
+                check_supported(w.ty)?;
+                matmul_f32(pool, w, x, rows, out);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_shapes(w: &WeightView, x: &[f32], rows: usize, out: &[f32]) -> Result<()> {
     let (n_in, n_out) = (w.n_in, w.n_out);
     let row_bytes = w.row_bytes()?;
     if w.data.len() != row_bytes * n_out || x.len() != rows * n_in || out.len() != rows * n_out {
@@ -46,61 +107,75 @@ pub fn matmul(
             out.len()
         )));
     }
-    match kernels::kernel(w.ty, tier()).filter(|_| !exact) {
-        Some(k) => matmul_quantized(pool, w, k, x, rows, out),
-        None => {
-            check_supported(w.ty)?;
-            matmul_f32(pool, w, x, rows, out);
-            Ok(())
-        }
-    }
+    Ok(())
+}
+
+/// One weight of a quantized matmul and where its `(rows, n_out)` output goes.
+struct Job<'a> {
+    w: WeightView<'a>,
+    k: QKernel,
+    out: SharedMut<f32>,
 }
 
 fn matmul_quantized(
     pool: &ThreadPool,
-    w: &WeightView,
-    k: QKernel,
+    jobs: &[Job],
+    act_ty: GgmlType,
     x: &[f32],
     rows: usize,
-    out: &mut [f32],
 ) -> Result<()> {
-    let (n_in, n_out) = (w.n_in, w.n_out);
-    let w_row = w.row_bytes()?;
-    let a_row =
-        k.act.row_bytes(n_in as u64).ok_or_else(|| {
-            Error::Shape(format!("{n_in} elements are not whole {} blocks", k.act))
-        })? as usize;
+    let n_in = jobs[0].w.n_in;
+    let a_row = act_ty
+        .row_bytes(n_in as u64)
+        .ok_or_else(|| Error::Shape(format!("{n_in} elements are not whole {act_ty} blocks")))?
+        as usize;
+    // Task t belongs to the job whose chunk range holds it.
+    let mut first_task = Vec::with_capacity(jobs.len() + 1);
+    first_task.push(0);
+    for j in jobs {
+        first_task.push(first_task.last().unwrap() + j.w.n_out.div_ceil(CHUNK));
+    }
     ACTIVATIONS.with_borrow_mut(|act| -> Result<()> {
         act.resize(rows * a_row, 0);
-        quantize_rows(pool, k.act, x, rows, n_in, a_row, act)?;
+        quantize_rows(pool, act_ty, x, rows, n_in, a_row, act)?;
         let act: &[u8] = act;
-        let out_ptr = SharedMut(out.as_mut_ptr());
-        pool.run(n_out.div_ceil(CHUNK), &|task| {
-            let (r0, r1) = (task * CHUNK, ((task + 1) * CHUNK).min(n_out));
-            let mut dots = [0f32; MAX_ROWS];
-            for i0 in (0..rows).step_by(MAX_ROWS) {
-                let g = (rows - i0).min(MAX_ROWS);
-                let xs: [&[u8]; MAX_ROWS] =
-                    std::array::from_fn(|j| &act[(i0 + j.min(g - 1)) * a_row..][..a_row]);
-                for r in r0..r1 {
-                    // SAFETY: the table hands out kernels this CPU supports; slices hold whole rows.
-                    unsafe {
-                        (k.dot)(
-                            n_in,
-                            &w.data[r * w_row..][..w_row],
-                            &xs[..g],
-                            &mut dots[..g],
-                        )
-                    };
-                    for (j, d) in dots[..g].iter().enumerate() {
-                        // SAFETY: this task alone writes columns r0..r1 of every output row.
-                        unsafe { *out_ptr.ptr().add((i0 + j) * n_out + r) = *d };
-                    }
-                }
-            }
+        pool.run(*first_task.last().unwrap(), &|task| {
+            let ji = first_task.partition_point(|&f| f <= task) - 1;
+            let job = &jobs[ji];
+            let chunk = task - first_task[ji];
+            run_chunk(job, chunk, act, a_row, rows);
         });
         Ok(())
     })
+}
+
+/// Weight rows `chunk * CHUNK..` of one job against every activation row, `MAX_ROWS` at a time.
+fn run_chunk(job: &Job, chunk: usize, act: &[u8], a_row: usize, rows: usize) {
+    let (w, k) = (&job.w, job.k);
+    let (n_in, n_out) = (w.n_in, w.n_out);
+    let w_row = w.data.len() / n_out;
+    let (r0, r1) = (chunk * CHUNK, ((chunk + 1) * CHUNK).min(n_out));
+    let mut dots = [0f32; MAX_ROWS];
+    for i0 in (0..rows).step_by(MAX_ROWS) {
+        let g = (rows - i0).min(MAX_ROWS);
+        let xs: [&[u8]; MAX_ROWS] =
+            std::array::from_fn(|j| &act[(i0 + j.min(g - 1)) * a_row..][..a_row]);
+        for r in r0..r1 {
+            // SAFETY: the table hands out kernels this CPU supports; slices hold whole rows.
+            unsafe {
+                (k.dot)(
+                    n_in,
+                    &w.data[r * w_row..][..w_row],
+                    &xs[..g],
+                    &mut dots[..g],
+                )
+            };
+            for (j, d) in dots[..g].iter().enumerate() {
+                // SAFETY: this chunk alone writes columns r0..r1 of every output row.
+                unsafe { *job.out.ptr().add((i0 + j) * n_out + r) = *d };
+            }
+        }
+    }
 }
 
 /// Quantizes `rows` activation rows of `n_in` into `act` (`a_row` bytes each), in parallel.

@@ -125,9 +125,8 @@ impl Model {
         let mut q = vec![0f32; n * c.q_dim()];
         let mut k = vec![0f32; n * c.kv_dim()];
         let mut v = vec![0f32; n * c.kv_dim()];
-        be.matmul(&lw.wq.view(f), &attn_norm, n, &mut q)?;
-        be.matmul(&lw.wk.view(f), &attn_norm, n, &mut k)?;
-        be.matmul(&lw.wv.view(f), &attn_norm, n, &mut v)?;
+        let qkv = [lw.wq.view(f), lw.wk.view(f), lw.wv.view(f)];
+        be.matmul_multi(&qkv, &attn_norm, n, &mut [&mut q, &mut k, &mut v])?;
         add_bias(&mut q, lw.bq.as_deref());
         add_bias(&mut k, lw.bk.as_deref());
         add_bias(&mut v, lw.bv.as_deref());
@@ -179,8 +178,8 @@ impl Model {
         be.rms_norm(&mut ffn_inp, &lw.ffn_norm, c.norm_eps, c.norm_kind);
         let mut gate = vec![0f32; n * c.n_ff];
         let mut up = vec![0f32; n * c.n_ff];
-        be.matmul(&lw.w_gate.view(f), &ffn_inp, n, &mut gate)?;
-        be.matmul(&lw.w_up.view(f), &ffn_inp, n, &mut up)?;
+        let gate_up = [lw.w_gate.view(f), lw.w_up.view(f)];
+        be.matmul_multi(&gate_up, &ffn_inp, n, &mut [&mut gate, &mut up])?;
         be.glu(&mut gate, &up, c.activation);
         let mut ffn_out = attn_out;
         be.matmul(&lw.w_down.view(f), &gate, n, &mut ffn_out)?;
