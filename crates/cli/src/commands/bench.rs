@@ -166,6 +166,8 @@ pub fn run(a: BenchArgs) -> CliResult {
             t.samples_ts.push(ts);
         }
     }
+    // Peak memory of the model and its cache, before the bandwidth probe allocates its buffer.
+    let peak = peak_rss();
     let weight_bytes = model.weight_bytes();
     if a.json {
         let rows: Vec<_> = tests
@@ -181,7 +183,7 @@ pub fn run(a: BenchArgs) -> CliResult {
     } else {
         print_table(&model, &be, &tests, weight_bytes);
     }
-    if let Some(peak) = peak_rss() {
+    if let Some(peak) = peak {
         eprintln!("peak memory: {:.1} MiB", peak as f64 / (1 << 20) as f64);
     }
     Ok(())
