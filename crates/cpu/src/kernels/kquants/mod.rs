@@ -8,6 +8,7 @@ use crate::simd::Tier;
 use ishizuki_core::quant::{try_as_blocks, BlockQ8K, QK_K};
 use ishizuki_core::{GgmlType, Result};
 
+mod iq4xs;
 mod q2k;
 mod q3k;
 mod q4k;
@@ -26,6 +27,7 @@ pub fn kernel(ty: GgmlType, tier: Tier) -> Option<QKernel> {
         GgmlType::Q4_K => q4k::KERNELS,
         GgmlType::Q5_K => q5k::KERNELS,
         GgmlType::Q6_K => q6k::KERNELS,
+        GgmlType::IQ4_XS => iq4xs::KERNELS,
         _ => return None,
     };
     let &(tier, dot) = table.iter().rev().find(|(t, _)| *t <= tier)?;

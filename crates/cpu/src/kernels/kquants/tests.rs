@@ -12,6 +12,7 @@ const TYPES: &[GgmlType] = &[
     GgmlType::Q5_K,
     GgmlType::Q3_K,
     GgmlType::Q2_K,
+    GgmlType::IQ4_XS,
 ];
 
 /// xorshift64*: deterministic test data without a dependency.
@@ -163,6 +164,11 @@ fn q3_k_all_tiers() {
 #[test]
 fn q2_k_all_tiers() {
     check_type(GgmlType::Q2_K);
+}
+
+#[test]
+fn iq4_xs_all_tiers() {
+    check_type(GgmlType::IQ4_XS);
 }
 
 #[test]
