@@ -102,14 +102,14 @@ unsafe fn rows_avx2<const R: usize>(w: &[BlockQ4K], ys: [&[BlockQ8K]; R], out: &
     }
 }
 
-/// 64 elements per step: the 32 low nibbles and 32 high nibbles of 32 bytes form one 512-bit
-/// vector matching 64 consecutive activations; dpbusd sums 4 products per lane, dpwssd
+/// 64 elements per step j: the 32 low nibbles and 32 high nibbles of qs[32j..32j+32] form one
+/// 512-bit vector matching 64 consecutive activations (two steps unpacked per 64-byte load); dpbusd sums 4 products per lane, dpwssd
 /// multiplies each lane by its sub-block scale (lanes stay below 2^15, so the high i16 half of
 /// every lane is just sign and meets a zero).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")]
 unsafe fn rows_avx512<const R: usize>(w: &[BlockQ4K], ys: [&[BlockQ8K]; R], out: &mut [f32]) {
-    use super::x86::{f16_pair, hsum_ps, idx_halves, join, k4_scales_mins, lanes_u8};
+    use super::x86::{f16_pair, hsum_ps, idx_halves, k4_scales_mins, lanes_u8};
     use std::arch::x86_64::*;
     let m4 = _mm512_set1_epi8(0x0f);
     let dup_mins = _mm_set_epi8(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
@@ -121,14 +121,27 @@ unsafe fn rows_avx512<const R: usize>(w: &[BlockQ4K], ys: [&[BlockQ8K]; R], out:
         let scales = _mm512_cvtepu8_epi32(sm);
         let mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, dup_mins));
         let mut sumi = [_mm512_setzero_si512(); R];
-        for (j, idx) in idx.iter().enumerate() {
-            let bits = _mm256_loadu_si256(b.qs.as_ptr().add(32 * j).cast());
-            let q4 = _mm512_and_si512(join(bits, _mm256_srli_epi16(bits, 4)), m4);
-            let sc = lanes_u8(scales, *idx);
-            for (s, y) in sumi.iter_mut().zip(ys) {
-                let q8 = _mm512_loadu_si512(y.get_unchecked(i).qs.as_ptr().add(64 * j).cast());
-                let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q4, q8);
-                *s = _mm512_dpwssd_epi32(*s, dot, sc);
+        for half in 0..2 {
+            let bits = _mm512_loadu_si512(b.qs.as_ptr().add(64 * half).cast());
+            let lo = _mm512_and_si512(bits, m4);
+            let hi = _mm512_and_si512(_mm512_srli_epi16(bits, 4), m4);
+            // step j = 2 half + k: 256-bit half k of `lo`, then the same half of `hi`
+            let q4 = [
+                _mm512_shuffle_i64x2(lo, hi, 0b01_00_01_00),
+                _mm512_shuffle_i64x2(lo, hi, 0b11_10_11_10),
+            ];
+            for (k, q4) in q4.iter().enumerate() {
+                let j = 2 * half + k;
+                let sc = lanes_u8(scales, idx[j]);
+                for (s, y) in sumi.iter_mut().zip(ys) {
+                    let q8 = y.get_unchecked(i).qs.as_ptr().add(64 * j);
+                    let dot = _mm512_dpbusd_epi32(
+                        _mm512_setzero_si512(),
+                        *q4,
+                        _mm512_loadu_si512(q8.cast()),
+                    );
+                    *s = _mm512_dpwssd_epi32(*s, dot, sc);
+                }
             }
         }
         let dm = f16_pair(&b.d, &b.dmin);

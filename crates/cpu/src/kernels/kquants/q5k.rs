@@ -113,17 +113,25 @@ unsafe fn rows_avx2<const R: usize>(w: &[BlockQ5K], ys: [&[BlockQ8K]; R], out: &
     }
 }
 
-/// 64 elements per step: the 32 low and 32 high 5-bit values of 32 bytes form one 512-bit
-/// vector matching 64 consecutive activations; dpbusd sums 4 products per lane, dpwssd
-/// multiplies each lane by its sub-block scale (lanes stay below 2^15, so the high i16 half of
-/// every lane is just sign and meets a zero).
+/// 64 elements per step j: the 32 low and 32 high nibbles of qs[32j..32j+32], plus 16 where
+/// the qh bit is set (a masked add), form one 512-bit vector matching 64 consecutive
+/// activations; dpbusd sums 4 products per lane, dpwssd multiplies each lane by its sub-block
+/// scale (lanes stay below 2^15, so the high i16 half of every lane is just sign and meets a
+/// zero).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")]
 unsafe fn rows_avx512<const R: usize>(w: &[BlockQ5K], ys: [&[BlockQ8K]; R], out: &mut [f32]) {
     use super::x86::{f16_pair, hsum_ps, idx_halves, join, k4_scales_mins, lanes_u8};
     use std::arch::x86_64::*;
     let m4 = _mm512_set1_epi8(0x0f);
-    let m1 = _mm512_set1_epi8(1);
+    let sixteen = _mm512_set1_epi8(16);
+    // step j reads bit 2j of qh for its low-nibble half, bit 2j+1 for its high-nibble half
+    let hmask: [__m512i; 4] = std::array::from_fn(|j| {
+        join(
+            _mm256_set1_epi8(1 << (2 * j)),
+            _mm256_set1_epi8(2 << (2 * j)),
+        )
+    });
     let dup_mins = _mm_set_epi8(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
     let idx: [__m512i; 4] = std::array::from_fn(|j| idx_halves(2 * j as i32, 2 * j as i32 + 1));
     let mut acc = [_mm512_setzero_ps(); R];
@@ -133,22 +141,31 @@ unsafe fn rows_avx512<const R: usize>(w: &[BlockQ5K], ys: [&[BlockQ8K]; R], out:
         let scales = _mm512_cvtepu8_epi32(sm);
         let mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, dup_mins));
         let mut sumi = [_mm512_setzero_si512(); R];
-        // bit 0 of each byte of `hbits` is the fifth bit of the matching element of step j
         let qh = _mm256_loadu_si256(b.qh.as_ptr().cast());
-        let mut hbits = join(qh, _mm256_srli_epi16(qh, 1));
-        for (j, idx) in idx.iter().enumerate() {
-            let bits = _mm256_loadu_si256(b.qs.as_ptr().add(32 * j).cast());
-            let h = _mm512_slli_epi16(_mm512_and_si512(hbits, m1), 4);
-            hbits = _mm512_srli_epi16(hbits, 2);
-            let q5 = _mm512_or_si512(
-                _mm512_and_si512(join(bits, _mm256_srli_epi16(bits, 4)), m4),
-                h,
-            );
-            let sc = lanes_u8(scales, *idx);
-            for (s, y) in sumi.iter_mut().zip(ys) {
-                let q8 = _mm512_loadu_si512(y.get_unchecked(i).qs.as_ptr().add(64 * j).cast());
-                let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q5, q8);
-                *s = _mm512_dpwssd_epi32(*s, dot, sc);
+        let qh = join(qh, qh);
+        for half in 0..2 {
+            let bits = _mm512_loadu_si512(b.qs.as_ptr().add(64 * half).cast());
+            let lo = _mm512_and_si512(bits, m4);
+            let hi = _mm512_and_si512(_mm512_srli_epi16(bits, 4), m4);
+            // step j = 2 half + k: 256-bit half k of `lo`, then the same half of `hi`
+            let q4 = [
+                _mm512_shuffle_i64x2(lo, hi, 0b01_00_01_00),
+                _mm512_shuffle_i64x2(lo, hi, 0b11_10_11_10),
+            ];
+            for (k, q4) in q4.iter().enumerate() {
+                let j = 2 * half + k;
+                let fifth = _mm512_test_epi8_mask(qh, hmask[j]);
+                let q5 = _mm512_mask_add_epi8(*q4, fifth, *q4, sixteen);
+                let sc = lanes_u8(scales, idx[j]);
+                for (s, y) in sumi.iter_mut().zip(ys) {
+                    let q8 = y.get_unchecked(i).qs.as_ptr().add(64 * j);
+                    let dot = _mm512_dpbusd_epi32(
+                        _mm512_setzero_si512(),
+                        q5,
+                        _mm512_loadu_si512(q8.cast()),
+                    );
+                    *s = _mm512_dpwssd_epi32(*s, dot, sc);
+                }
             }
         }
         let dm = f16_pair(&b.d, &b.dmin);

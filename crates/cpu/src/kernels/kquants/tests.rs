@@ -44,21 +44,31 @@ fn f16_fields(ty: GgmlType) -> &'static [usize] {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Fill {
     Random,
     AllOnes,
     AllZeros,
+    /// Gaussian-ish weights through the reference quantizer (types it supports).
+    Quantized,
 }
 
 /// A weight row of `nb` blocks: data bytes per `fill`, finite f16 scales of either sign.
 fn weight_row(ty: GgmlType, nb: usize, fill: Fill, rng: &mut Rng) -> Vec<u8> {
     let size = ty.type_size();
+    if fill == Fill::Quantized {
+        let x: Vec<f32> = (0..nb * QK_K)
+            .map(|_| (0..4).map(|_| rng.unit()).sum::<f32>() * 0.02)
+            .collect();
+        let mut w = vec![0u8; nb * size];
+        quantize_row(ty, &x, &mut w).unwrap();
+        return w;
+    }
     let mut w: Vec<u8> = (0..nb * size)
         .map(|_| match fill {
             Fill::Random => rng.next() as u8,
             Fill::AllOnes => 0xff,
-            Fill::AllZeros => 0,
+            Fill::AllZeros | Fill::Quantized => 0,
         })
         .collect();
     for block in w.chunks_exact_mut(size) {
@@ -103,7 +113,12 @@ fn check_type(ty: GgmlType) {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ ty as u64);
     for nb in [1, 2, 7] {
         let n = nb * QK_K;
-        for fill in [Fill::Random, Fill::AllOnes, Fill::AllZeros] {
+        let quantizable = matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K);
+        let fills = [Fill::Random, Fill::AllOnes, Fill::AllZeros, Fill::Quantized];
+        for fill in fills
+            .into_iter()
+            .filter(|f| *f != Fill::Quantized || quantizable)
+        {
             let w = weight_row(ty, nb, fill, &mut rng);
             let wf = dequantized(ty, &w, n);
             let acts: Vec<Vec<u8>> = (0..MAX_ROWS)
@@ -255,14 +270,16 @@ fn throughput() {
     }
 }
 
-/// Fastest of several timed passes over every weight row.
+/// Fastest of many timed passes over every weight row (the minimum filters out time lost to
+/// other processes on a shared machine).
 fn best_pass_secs(ty: GgmlType, tier: Tier, n: usize, w: &[u8], acts: &[Vec<u8>]) -> f64 {
     let k = kernel(ty, tier).unwrap();
     let row_bytes = ty.row_bytes(n as u64).unwrap() as usize;
     let xs: Vec<&[u8]> = acts.iter().map(|a| a.as_slice()).collect();
     let mut out = [0f32; MAX_ROWS];
     let mut best = f64::INFINITY;
-    for _ in 0..15 {
+    let start = std::time::Instant::now();
+    while start.elapsed().as_secs_f64() < 0.5 {
         let t = std::time::Instant::now();
         for row in w.chunks_exact(row_bytes) {
             // SAFETY: available tier, whole rows.
