@@ -1,29 +1,35 @@
-//! Pieces shared by the AVX2 and AVX-512 tiers: scale gathers, nibble unpacking and the block
+//! Pieces shared by the AVX2 and AVX-512 tiers: scale collection, nibble unpacking and the block
 //! loop. The loop is a macro so that each tier's unpack and dot instructions inline into one
 //! `target_feature` function.
 use std::arch::x86_64::*;
 
-/// Blocks whose f16 scales are gathered and converted together.
+/// Blocks whose f16 scales are collected and converted together.
 pub(super) const GROUP: usize = 8;
 
-/// Byte offsets of the first `GROUP` blocks of `stride` bytes, one per dword lane.
+/// The first 4 bytes (f16 `d` and the next f16) of each of `count` <= GROUP blocks of
+/// `stride` bytes at `p`, one block per dword lane; lanes at or past `count` hold 0.
+/// (Scalar loads and inserts: a hardware gather is several times slower here.)
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-pub(super) unsafe fn lane_offsets(stride: usize) -> __m256i {
-    _mm256_mullo_epi32(
-        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-        _mm256_set1_epi32(stride as i32),
-    )
+pub(super) unsafe fn heads_vector(p: *const u8, stride: usize, count: usize) -> __m256i {
+    let head = |k: usize| p.add(k * stride).cast::<i32>().read_unaligned();
+    if count == GROUP {
+        let (h0, h1, h2, h3) = (head(0), head(1), head(2), head(3));
+        return _mm256_setr_epi32(h0, h1, h2, h3, head(4), head(5), head(6), head(7));
+    }
+    let mut heads = [0i32; GROUP];
+    for (k, h) in heads.iter_mut().enumerate().take(count) {
+        *h = head(k);
+    }
+    _mm256_loadu_si256(heads.as_ptr().cast())
 }
 
-/// The first 4 bytes (f16 `d` and the next f16) of each of `count` <= GROUP blocks at `p`
-/// and `offsets`, one block per dword lane; lanes at or past `count` read nothing and hold 0.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(super) unsafe fn block_heads(p: *const u8, offsets: __m256i, count: usize) -> __m256i {
-    let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(count as i32), lanes);
-    _mm256_mask_i32gather_epi32::<1>(_mm256_setzero_si256(), p.cast(), offsets, mask)
+/// Makes the compiler treat `*p` as read and written elsewhere, so values stored there are
+/// loaded back from memory (folded into the FMA as a broadcast operand, a load-port uop)
+/// rather than broadcast from a register by port-5 shuffles.
+#[inline(always)]
+pub(super) fn opaque<T>(p: &mut T) {
+    std::hint::black_box(p);
 }
 
 /// f32 values of the f16 in the low half and in the high half of each dword lane.
@@ -86,7 +92,7 @@ pub(super) unsafe fn hsum(v: __m256) -> f32 {
 }
 
 /// Defines `$entry: VecDot` for one weight type: per group of 8 blocks the f16 scales of the
-/// weights and of every activation row are gathered and multiplied as vectors; per block the
+/// weights and of every activation row are collected and multiplied as vectors; per block the
 /// weights are unpacked once (`$unpack`: block pointer -> 32 values, u8 or with `signed` i8)
 /// and multiplied with each row's 32 activation bytes by `$dot` (u8 x i8 -> 8 i32 lanes).
 /// Signed weights go through the sign trick: |w| x (y with w's sign).
@@ -109,23 +115,28 @@ macro_rules! block_kernel {
                 w: *const u8,
                 xs: [*const u8; R],
             ) -> [f32; R] {
-                let mut acc = [_mm256_setzero_ps(); R];
+                // independent sums per row, so one row does not wait on FMA latency per block
+                let chains = match R {
+                    1 => 4,
+                    2 => 2,
+                    _ => 1,
+                };
+                let mut acc = [[_mm256_setzero_ps(); 4]; R];
                 let mut acc_min = [_mm256_setzero_ps(); R];
                 let mut scales = [[0f32; GROUP]; R];
-                let (w_offsets, x_offsets) = (lane_offsets($wb), lane_offsets(XB));
                 let mut g = 0;
                 while g < nb {
                     let count = (nb - g).min(GROUP);
                     let wg = w.add(g * $wb);
-                    let (dw, mw) = f16_halves(block_heads(wg, w_offsets, count));
+                    let (dw, mw) = f16_halves(heads_vector(wg, $wb, count));
                     for r in 0..R {
-                        let heads = block_heads(xs[r].add(g * XB), x_offsets, count);
-                        let (dy, sy) = f16_halves(heads);
+                        let (dy, sy) = f16_halves(heads_vector(xs[r].add(g * XB), XB, count));
                         _mm256_storeu_ps(scales[r].as_mut_ptr(), _mm256_mul_ps(dw, dy));
                         if $min {
                             acc_min[r] = _mm256_fmadd_ps(mw, sy, acc_min[r]);
                         }
                     }
+                    opaque(&mut scales);
                     for k in 0..count {
                         let q = $unpack(wg.add(k * $wb));
                         let qa = if $signed { _mm256_sign_epi8(q, q) } else { q };
@@ -134,16 +145,18 @@ macro_rules! block_kernel {
                             let y = _mm256_loadu_si256(yp.cast());
                             let y = if $signed { _mm256_sign_epi8(y, q) } else { y };
                             let sum = _mm256_cvtepi32_ps($dot(qa, y));
-                            let scale =
-                                _mm256_broadcast_ss(scales.get_unchecked(r).get_unchecked(k));
-                            acc[r] = _mm256_fmadd_ps(scale, sum, acc[r]);
+                            let scale = _mm256_set1_ps(*scales.get_unchecked(r).get_unchecked(k));
+                            let a = &mut acc[r][k % chains];
+                            *a = _mm256_fmadd_ps(scale, sum, *a);
                         }
                     }
                     g += GROUP;
                 }
                 let mut res = [0f32; R];
                 for r in 0..R {
-                    res[r] = hsum(_mm256_add_ps(acc[r], acc_min[r]));
+                    let [a0, a1, a2, a3] = acc[r];
+                    let sum = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+                    res[r] = hsum(_mm256_add_ps(sum, acc_min[r]));
                 }
                 res
             }
