@@ -256,16 +256,19 @@ fn bad_lengths_poison_the_output() {
 
 /// Single-thread GB/s of weight bytes over a 4096 x 4096-equivalent matrix (L3-resident; set
 /// LEGACY_BENCH_ROWS=256 for an L2-resident one), one and four activation rows, every tier in
-/// the same run, best of 20 passes:
+/// the same run, best of 20 passes (LEGACY_BENCH_REPS):
 /// `cargo test --release -p ishizuki-cpu legacy_throughput -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn legacy_throughput() {
     let n = 4096;
-    let n_rows = std::env::var("LEGACY_BENCH_ROWS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(4096);
+    let env = |name: &str, default: usize| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let (n_rows, reps) = (env("LEGACY_BENCH_ROWS", 4096), env("LEGACY_BENCH_REPS", 20));
     let mut rng = Rng(7);
     for ty in TYPES {
         let act = kernel(ty, Tier::Scalar).unwrap().act;
@@ -281,7 +284,7 @@ fn legacy_throughput() {
                 let x_rows: Vec<&[u8]> = xs[..rows].iter().map(|x| x.as_slice()).collect();
                 let mut out = [0f32; MAX_ROWS];
                 let mut best = f64::MAX;
-                for _ in 0..20 {
+                for _ in 0..reps {
                     let start = std::time::Instant::now();
                     for wr in w.chunks_exact(row_bytes) {
                         // SAFETY: as in `run`.
