@@ -106,14 +106,6 @@ pub fn dot_scalar(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
-/// `y += alpha * x`
-#[inline]
-pub fn axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
-    for (yi, xi) in y.iter_mut().zip(x) {
-        *yi += alpha * xi;
-    }
-}
-
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn hsum(v: std::arch::x86_64::__m256) -> f32 {
