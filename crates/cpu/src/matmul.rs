@@ -10,8 +10,12 @@ use ishizuki_core::{
 };
 use std::cell::RefCell;
 
-/// Weight rows per task.
+/// Weight rows per task of the f32 path, and the granularity of the quantized path's tasks.
 const CHUNK: usize = 16;
+/// Tasks per thread and weight when few activation rows are multiplied: each task streams one long
+/// contiguous range of weight rows (hardware prefetchers ramp up once per range), and there are
+/// still enough of them to balance a thread that is slowed down.
+const GEMV_TASKS_PER_THREAD: usize = 4;
 /// Activation rows quantized per task.
 const QUANT_ROWS: usize = 8;
 
@@ -130,10 +134,14 @@ fn matmul_quantized(
         .ok_or_else(|| Error::Shape(format!("{n_in} elements are not whole {act_ty} blocks")))?
         as usize;
     // Task t belongs to the job whose chunk range holds it.
+    let chunks: Vec<usize> = jobs
+        .iter()
+        .map(|j| chunk_rows(j.w.n_out, rows, pool.n_threads()))
+        .collect();
     let mut first_task = Vec::with_capacity(jobs.len() + 1);
     first_task.push(0);
-    for j in jobs {
-        first_task.push(first_task.last().unwrap() + j.w.n_out.div_ceil(CHUNK));
+    for (j, chunk) in jobs.iter().zip(&chunks) {
+        first_task.push(first_task.last().unwrap() + j.w.n_out.div_ceil(*chunk));
     }
     ACTIVATIONS.with_borrow_mut(|act| -> Result<()> {
         act.resize(rows * a_row, 0);
@@ -142,19 +150,31 @@ fn matmul_quantized(
         pool.run(*first_task.last().unwrap(), &|task| {
             let ji = first_task.partition_point(|&f| f <= task) - 1;
             let job = &jobs[ji];
-            let chunk = task - first_task[ji];
-            run_chunk(job, chunk, act, a_row, rows);
+            let c = chunks[ji];
+            let r0 = (task - first_task[ji]) * c;
+            run_chunk(job, r0..(r0 + c).min(job.w.n_out), act, a_row, rows);
         });
         Ok(())
     })
 }
 
-/// Weight rows `chunk * CHUNK..` of one job against every activation row, `MAX_ROWS` at a time.
-fn run_chunk(job: &Job, chunk: usize, act: &[u8], a_row: usize, rows: usize) {
+/// Weight rows per task: long ranges when the weights are streamed for a few activation rows,
+/// `CHUNK` otherwise (each weight row is then reused by many activation rows).
+fn chunk_rows(n_out: usize, rows: usize, n_threads: usize) -> usize {
+    if rows > MAX_ROWS || n_threads == 1 {
+        return CHUNK;
+    }
+    n_out
+        .div_ceil(n_threads * GEMV_TASKS_PER_THREAD)
+        .next_multiple_of(CHUNK)
+}
+
+/// Weight rows `range` of one job against every activation row, `MAX_ROWS` at a time.
+fn run_chunk(job: &Job, range: std::ops::Range<usize>, act: &[u8], a_row: usize, rows: usize) {
     let (w, k) = (&job.w, job.k);
     let (n_in, n_out) = (w.n_in, w.n_out);
     let w_row = w.data.len() / n_out;
-    let (r0, r1) = (chunk * CHUNK, ((chunk + 1) * CHUNK).min(n_out));
+    let (r0, r1) = (range.start, range.end);
     let mut dots = [0f32; MAX_ROWS];
     for i0 in (0..rows).step_by(MAX_ROWS) {
         let g = (rows - i0).min(MAX_ROWS);
