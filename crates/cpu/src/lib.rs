@@ -1,5 +1,6 @@
 //! CPU backend: persistent thread pool, runtime-dispatched SIMD, quantized matmul, attention.
 pub mod attention;
+pub mod gemm;
 pub mod kernels;
 pub mod matmul;
 pub mod membw;

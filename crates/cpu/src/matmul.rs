@@ -2,6 +2,7 @@
 //! (activations quantized once per call to the kernel's format); everything else dequantizes
 //! chunks of weight rows to f32. Either way a task reads its weight rows once and reuses them for
 //! every activation row, so a prefill streams the weights once.
+use crate::gemm;
 use crate::kernels::{self, QKernel, MAX_ROWS};
 use crate::pool::{SharedMut, ThreadPool};
 use crate::simd::{dot, dot4, tier};
@@ -61,6 +62,15 @@ pub fn matmul_multi(
     }
     for (w, out) in ws.iter().zip(outs.iter()) {
         check_shapes(w, x, rows, out)?;
+    }
+    if !exact && gemm::applies(ws, rows) {
+        if gemm::gemm(pool, ws, x, rows, outs) {
+            return Ok(());
+        }
+        return Err(Error::Shape(format!(
+            "matmul: a {} weight has malformed blocks",
+            ws[0].ty
+        )));
     }
     let ks: Vec<Option<QKernel>> = ws
         .iter()

@@ -1,0 +1,232 @@
+//! Quantized GEMM for many activation rows (prefill, perplexity, long draft verification).
+//!
+//! Weights are unpacked per tile of `NR` rows into one affine u8 form (`unpack`) in the VNNI
+//! layout `(k / 4, NR, 4)`, once per tile, then reused by every activation row; activations are
+//! quantized once per call to i8 with an f32 scale per 32 and the scaled sums of each 16 and 32.
+//! The microkernel accumulates `vpdpbusd` per sub-block and applies the (scale, min) pair of
+//! every weight row as a vector, so a prefill reads each weight once and spends its time in
+//! integer dot products rather than in unpacking.
+pub mod unpack;
+#[cfg(target_arch = "x86_64")]
+mod x86_avx512;
+
+#[cfg(test)]
+mod tests;
+
+use crate::pool::{SharedMut, ThreadPool};
+use crate::simd::{tier, Tier};
+use ishizuki_core::WeightView;
+use std::cell::RefCell;
+
+/// Weight rows per tile: one 512-bit vector of i32 lanes.
+pub const NR: usize = 16;
+/// Activation rows per microkernel call (accumulators held in registers).
+pub const MR: usize = 8;
+/// Fewest activation rows for which unpacking a tile pays off against the row-dot kernels.
+pub const MIN_ROWS: usize = 8;
+/// Tasks per thread to aim for when splitting activation rows of a matmul with few tiles.
+const TASKS_PER_THREAD: usize = 4;
+
+/// Activations quantized for the GEMM: `x[m][k] ~= d[m][k / 32] * q[m][k]`; `sum16` / `sum32`
+/// hold `d * sum(q)` of each 16 / 32 elements (the weights' min terms multiply these).
+#[derive(Default)]
+pub struct Acts {
+    pub k: usize,
+    pub rows: usize,
+    pub q: Vec<i8>,
+    pub d: Vec<f32>,
+    pub sum16: Vec<f32>,
+    pub sum32: Vec<f32>,
+}
+
+impl Acts {
+    /// Quantizes `rows` rows of `k` (a multiple of 32) elements, in parallel.
+    pub fn quantize(&mut self, pool: &ThreadPool, x: &[f32], rows: usize, k: usize) {
+        assert!(k.is_multiple_of(32) && x.len() == rows * k);
+        self.k = k;
+        self.rows = rows;
+        self.q.resize(rows * k, 0);
+        self.d.resize(rows * k / 32, 0.0);
+        self.sum16.resize(rows * k / 16, 0.0);
+        self.sum32.resize(rows * k / 32, 0.0);
+        let (q, d) = (
+            SharedMut(self.q.as_mut_ptr()),
+            SharedMut(self.d.as_mut_ptr()),
+        );
+        let s16 = SharedMut(self.sum16.as_mut_ptr());
+        let s32 = SharedMut(self.sum32.as_mut_ptr());
+        let per_task = rows.div_ceil(pool.n_threads() * TASKS_PER_THREAD).max(1);
+        pool.run(rows.div_ceil(per_task), &|task| {
+            for m in task * per_task..((task + 1) * per_task).min(rows) {
+                // SAFETY: each task writes only its own rows of every array.
+                unsafe {
+                    quantize_act_row(
+                        &x[m * k..][..k],
+                        std::slice::from_raw_parts_mut(q.ptr().add(m * k), k),
+                        std::slice::from_raw_parts_mut(d.ptr().add(m * k / 32), k / 32),
+                        std::slice::from_raw_parts_mut(s16.ptr().add(m * k / 16), k / 16),
+                        std::slice::from_raw_parts_mut(s32.ptr().add(m * k / 32), k / 32),
+                    )
+                }
+            }
+        });
+    }
+}
+
+/// One row: symmetric 8-bit per 32 elements (ggml's Q8_0 rounding, the scale kept in f32).
+fn quantize_act_row(x: &[f32], q: &mut [i8], d: &mut [f32], sum16: &mut [f32], sum32: &mut [f32]) {
+    for (b, (xb, qb)) in x.chunks_exact(32).zip(q.chunks_exact_mut(32)).enumerate() {
+        let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let db = amax / 127.0;
+        let id = if db > 0.0 { 1.0 / db } else { 0.0 };
+        let mut sums = [0i32; 2];
+        for (j, (o, &v)) in qb.iter_mut().zip(xb).enumerate() {
+            *o = (v * id).round() as i8;
+            sums[j / 16] += *o as i32;
+        }
+        d[b] = db;
+        sum16[2 * b] = db * sums[0] as f32;
+        sum16[2 * b + 1] = db * sums[1] as f32;
+        sum32[b] = db * (sums[0] + sums[1]) as f32;
+    }
+}
+
+/// `NR` weight rows unpacked: `q` in the layout `(k / 4, NR, 4)`, `scale` / `min` as
+/// `(k / sub, NR)`. Rows past the weight's end are zero.
+#[derive(Default)]
+pub struct Tile {
+    pub sub: usize,
+    pub q: Vec<u8>,
+    pub scale: Vec<f32>,
+    pub min: Vec<f32>,
+    row_q: Vec<u8>,
+    row_scale: Vec<f32>,
+    row_min: Vec<f32>,
+}
+
+impl Tile {
+    /// Unpacks rows `n0..n0 + NR` of `w`; false when `w`'s type has no unpacker or a row is
+    /// malformed.
+    pub fn unpack(&mut self, w: &WeightView, n0: usize) -> bool {
+        let Some(sub) = unpack::sub_block(w.ty) else {
+            return false;
+        };
+        let k = w.n_in;
+        let Ok(row_bytes) = w.row_bytes() else {
+            return false;
+        };
+        self.sub = sub;
+        self.q.resize(k * NR, 0);
+        self.scale.resize(k / sub * NR, 0.0);
+        self.min.resize(k / sub * NR, 0.0);
+        self.row_q.resize(k, 0);
+        self.row_scale.resize(k / sub, 0.0);
+        self.row_min.resize(k / sub, 0.0);
+        for n in 0..NR {
+            let r = n0 + n;
+            if r >= w.n_out {
+                self.row_q.fill(0);
+                self.row_scale.fill(0.0);
+                self.row_min.fill(0.0);
+            } else {
+                let Some(src) = w.data.get(r * row_bytes..(r + 1) * row_bytes) else {
+                    return false;
+                };
+                let (q, s, m) = (&mut self.row_q, &mut self.row_scale, &mut self.row_min);
+                if !unpack::unpack_row(w.ty, src, q, s, m) {
+                    return false;
+                }
+            }
+            for (kq, v) in self.row_q.chunks_exact(4).enumerate() {
+                self.q[(kq * NR + n) * 4..][..4].copy_from_slice(v);
+            }
+            for (s, (&sc, &mn)) in self.row_scale.iter().zip(&self.row_min).enumerate() {
+                self.scale[s * NR + n] = sc;
+                self.min[s * NR + n] = mn;
+            }
+        }
+        true
+    }
+}
+
+/// The microkernel: `out[m][0..n_valid] = tile . acts[m]` for `m` in `m0..m0 + rows` (at most
+/// `MR`), `out` pointing at row `m0`'s first output and rows `ld` apart.
+/// Unsafe: the tier's instructions must exist and `out` must have room.
+type Microkernel = unsafe fn(&Tile, &Acts, usize, usize, *mut f32, usize, usize);
+
+/// The GEMM microkernel for this tier, if it has one (lower tiers keep the row-dot kernels).
+pub fn microkernel(t: Tier) -> Option<Microkernel> {
+    #[cfg(target_arch = "x86_64")]
+    if t >= Tier::Avx512 {
+        return Some(x86_avx512::tile_rows);
+    }
+    let _ = t;
+    None
+}
+
+/// Whether `matmul` should take the GEMM path for these weights and rows.
+pub fn applies(ws: &[WeightView], rows: usize) -> bool {
+    rows >= MIN_ROWS
+        && microkernel(tier()).is_some()
+        && ws.iter().all(|w| {
+            unpack::sub_block(w.ty).is_some() && w.n_in == ws[0].n_in && w.row_bytes().is_ok()
+        })
+}
+
+thread_local! {
+    static TILE: RefCell<Tile> = RefCell::new(Tile::default());
+    static ACTS: RefCell<Acts> = RefCell::new(Acts::default());
+}
+
+/// `outs[i] (rows, n_out_i) = x (rows, k) . ws[i]^T` for weights that `applies` accepted.
+/// Returns false if a tile could not be unpacked (a malformed weight).
+pub fn gemm(
+    pool: &ThreadPool,
+    ws: &[WeightView],
+    x: &[f32],
+    rows: usize,
+    outs: &mut [&mut [f32]],
+) -> bool {
+    let kernel = microkernel(tier()).expect("checked by applies");
+    let k = ws[0].n_in;
+    let outs: Vec<SharedMut<f32>> = outs.iter_mut().map(|o| SharedMut(o.as_mut_ptr())).collect();
+    let tiles: Vec<usize> = ws.iter().map(|w| w.n_out.div_ceil(NR)).collect();
+    let n_tiles: usize = tiles.iter().sum();
+    // Split the rows into panels only when there are too few tiles to keep every thread busy.
+    let want = pool.n_threads() * TASKS_PER_THREAD;
+    let panels = want.div_ceil(n_tiles).min(rows.div_ceil(MR)).max(1);
+    let panel_rows = rows.div_ceil(panels).next_multiple_of(MR);
+    let panels = rows.div_ceil(panel_rows);
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    ACTS.with_borrow_mut(|acts| {
+        acts.quantize(pool, x, rows, k);
+        let acts: &Acts = acts;
+        pool.run(n_tiles * panels, &|task| {
+            let (mut tile, panel) = (task / panels, task % panels);
+            let mut ji = 0;
+            while tile >= tiles[ji] {
+                tile -= tiles[ji];
+                ji += 1;
+            }
+            let (w, n0) = (&ws[ji], tile * NR);
+            TILE.with_borrow_mut(|t| {
+                if !t.unpack(w, n0) {
+                    failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                    return;
+                }
+                let n_valid = (w.n_out - n0).min(NR);
+                let (m_start, m_end) = (panel * panel_rows, ((panel + 1) * panel_rows).min(rows));
+                for m0 in (m_start..m_end).step_by(MR) {
+                    let mr = (m_end - m0).min(MR);
+                    // SAFETY: the tier is supported; this task alone writes columns
+                    // n0..n0 + n_valid of rows m0..m0 + mr, inside the (rows, n_out) output.
+                    unsafe {
+                        let out = outs[ji].ptr().add(m0 * w.n_out + n0);
+                        kernel(t, acts, m0, mr, out, w.n_out, n_valid)
+                    };
+                }
+            });
+        });
+    });
+    !failed.into_inner()
+}

@@ -1,0 +1,247 @@
+//! The unpacked affine form against the reference dequantizer, the activation quantizer's
+//! error bound, and the GEMM against an f64 dot of dequantized weights and activations.
+use super::*;
+use ishizuki_core::quant::{dequantize_row, f32_to_f16};
+use ishizuki_core::GgmlType;
+
+const TYPES: &[GgmlType] = &[
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
+/// xorshift64*: deterministic test data without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform in [-1, 1).
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+/// Byte offsets of the f16 fields inside one block of `ty`.
+fn f16_fields(ty: GgmlType) -> &'static [usize] {
+    use GgmlType::*;
+    match ty {
+        Q4_0 | Q5_0 | Q8_0 | IQ4_NL | IQ4_XS => &[0],
+        Q4_1 | Q5_1 | Q4_K | Q5_K => &[0, 2],
+        Q6_K => &[208],
+        Q3_K => &[108],
+        Q2_K => &[80, 82],
+        _ => unreachable!("no unpacker: {ty}"),
+    }
+}
+
+/// `rows` weight rows of `n` elements: random bytes (every pattern is a valid block) with
+/// finite f16 scales of either sign.
+fn weights(ty: GgmlType, rows: usize, n: usize, rng: &mut Rng) -> Vec<u8> {
+    let size = ty.type_size();
+    let mut w: Vec<u8> = (0..rows * n / ty.block_size() * size)
+        .map(|_| rng.next() as u8)
+        .collect();
+    for block in w.chunks_exact_mut(size) {
+        for &at in f16_fields(ty) {
+            block[at..at + 2].copy_from_slice(&f32_to_f16(rng.unit() * 0.05));
+        }
+    }
+    w
+}
+
+fn dequantized(ty: GgmlType, w: &[u8], rows: usize, n: usize) -> Vec<f32> {
+    let mut out = vec![0f32; rows * n];
+    let rb = w.len() / rows;
+    for (r, o) in out.chunks_exact_mut(n).enumerate() {
+        dequantize_row(ty, &w[r * rb..][..rb], o).unwrap();
+    }
+    out
+}
+
+#[test]
+fn unpacked_rows_reproduce_the_reference_dequantizer() {
+    let n = 512;
+    for &ty in TYPES {
+        let mut rng = Rng(0x5eed ^ ty as u64);
+        let w = weights(ty, 1, n, &mut rng);
+        let sub = unpack::sub_block(ty).unwrap();
+        let (mut q, mut scale, mut min) = (vec![0u8; n], vec![0f32; n / sub], vec![0f32; n / sub]);
+        assert!(
+            unpack::unpack_row(ty, &w, &mut q, &mut scale, &mut min),
+            "{ty}"
+        );
+        let reference = dequantized(ty, &w, 1, n);
+        let amax = reference.iter().fold(0f32, |m, v| m.max(v.abs()));
+        assert!(amax > 0.0, "{ty}: degenerate test row");
+        for (k, &want) in reference.iter().enumerate() {
+            let got = scale[k / sub] * q[k] as f32 + min[k / sub];
+            assert!(
+                (got - want).abs() <= 1e-5 * amax,
+                "{ty} element {k}: unpacked {got}, reference {want}"
+            );
+        }
+    }
+}
+
+#[test]
+fn malformed_rows_are_refused() {
+    let (mut q, mut scale, mut min) = (vec![0u8; 256], vec![0f32; 8], vec![0f32; 8]);
+    let short = vec![0u8; GgmlType::Q4_K.type_size() - 1];
+    assert!(!unpack::unpack_row(
+        GgmlType::Q4_K,
+        &short,
+        &mut q,
+        &mut scale,
+        &mut min
+    ));
+    let f16_row = vec![0u8; 512];
+    assert!(!unpack::unpack_row(
+        GgmlType::F16,
+        &f16_row,
+        &mut q,
+        &mut scale,
+        &mut min
+    ));
+    // 256 elements of Q4_K need 8 (scale, min) pairs, not 7
+    let row = vec![0u8; GgmlType::Q4_K.type_size()];
+    assert!(!unpack::unpack_row(
+        GgmlType::Q4_K,
+        &row,
+        &mut q,
+        &mut scale[..7],
+        &mut min[..7]
+    ));
+}
+
+#[test]
+fn activation_quantization_error_is_half_a_step() {
+    let (rows, k) = (3, 96);
+    let mut rng = Rng(7);
+    let mut x: Vec<f32> = (0..rows * k).map(|_| rng.unit() * 3.0).collect();
+    x[32..64].fill(0.0); // an all-zero block gets scale 0
+    let pool = ThreadPool::new(2);
+    let mut acts = Acts::default();
+    acts.quantize(&pool, &x, rows, k);
+    for (i, &v) in x.iter().enumerate() {
+        let (m, kk) = (i / k, i % k);
+        let d = acts.d[m * k / 32 + kk / 32];
+        let back = d * acts.q[i] as f32;
+        assert!(
+            (back - v).abs() <= d * 0.5 + 1e-6,
+            "element {i}: {v} -> {back}"
+        );
+    }
+    for (b, s) in acts.sum16.iter().enumerate() {
+        let q: i32 = acts.q[b * 16..][..16].iter().map(|&v| v as i32).sum();
+        assert_eq!(*s, acts.d[b / 2] * q as f32);
+    }
+    assert_eq!(acts.d[1], 0.0);
+    assert!(acts.d[0] > 0.0 && acts.d[2] > 0.0);
+}
+
+/// `(rows, n_out)` f64 products of the dequantized weights and the dequantized activations.
+fn reference_gemm(w: &[f32], acts: &Acts, n_out: usize) -> Vec<f64> {
+    let k = acts.k;
+    let x: Vec<f64> = (0..acts.rows * k)
+        .map(|i| acts.d[i / 32] as f64 * acts.q[i] as f64)
+        .collect();
+    let mut out = vec![0f64; acts.rows * n_out];
+    for m in 0..acts.rows {
+        for n in 0..n_out {
+            out[m * n_out + n] = (0..k).map(|kk| w[n * k + kk] as f64 * x[m * k + kk]).sum();
+        }
+    }
+    out
+}
+
+#[test]
+fn gemm_matches_the_dequantized_product_for_every_type() {
+    if microkernel(tier()).is_none() {
+        eprintln!("skipped: no GEMM microkernel at tier {}", tier().name());
+        return;
+    }
+    let pool = ThreadPool::new(2);
+    let (k, n_out) = (512, 40); // two whole tiles and a partial one
+    for &ty in TYPES {
+        let mut rng = Rng(0xfeed ^ ty as u64);
+        let wq = weights(ty, n_out, k, &mut rng);
+        let wf = dequantized(ty, &wq, n_out, k);
+        let view = WeightView {
+            ty,
+            n_out,
+            n_in: k,
+            data: &wq,
+        };
+        for rows in [1, 3, 8, 13, 20] {
+            let x: Vec<f32> = (0..rows * k).map(|_| rng.unit()).collect();
+            let mut out = vec![f32::NAN; rows * n_out];
+            assert!(gemm(&pool, &[view], &x, rows, &mut [&mut out]));
+            let mut acts = Acts::default();
+            acts.quantize(&pool, &x, rows, k);
+            let want = reference_gemm(&wf, &acts, n_out);
+            let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
+            for (i, (&got, &want)) in out.iter().zip(&want).enumerate() {
+                assert!(
+                    (got as f64 - want).abs() <= 1e-4 * scale,
+                    "{ty} rows {rows} output {i}: {got} vs {want}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn gemm_fills_several_weights_of_one_input() {
+    if microkernel(tier()).is_none() {
+        return;
+    }
+    let pool = ThreadPool::new(2);
+    let (k, rows) = (256, 9);
+    let mut rng = Rng(11);
+    let (a, b) = (GgmlType::Q4_K, GgmlType::Q8_0);
+    let (wa, wb) = (weights(a, 16, k, &mut rng), weights(b, 7, k, &mut rng));
+    let views = [
+        WeightView {
+            ty: a,
+            n_out: 16,
+            n_in: k,
+            data: &wa,
+        },
+        WeightView {
+            ty: b,
+            n_out: 7,
+            n_in: k,
+            data: &wb,
+        },
+    ];
+    let x: Vec<f32> = (0..rows * k).map(|_| rng.unit()).collect();
+    let (mut oa, mut ob) = (vec![0f32; rows * 16], vec![0f32; rows * 7]);
+    assert!(applies(&views, rows));
+    assert!(gemm(&pool, &views, &x, rows, &mut [&mut oa, &mut ob]));
+    for (view, out) in views.iter().zip([&oa, &ob]) {
+        let mut single = vec![0f32; out.len()];
+        assert!(gemm(
+            &pool,
+            std::slice::from_ref(view),
+            &x,
+            rows,
+            &mut [&mut single]
+        ));
+        assert_eq!(out, &single, "{}", view.ty);
+    }
+}
