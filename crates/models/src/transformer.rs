@@ -82,8 +82,9 @@ impl Model {
             x.iter_mut().for_each(|v| *v *= s);
         }
         dump("inp_embd", &x, c.n_embd);
+        let mut buf = Intermediates::new(c, n);
         for (il, lw) in self.weights.layers.iter().enumerate() {
-            self.layer(be, il, lw, &mut x, &positions, cache)?;
+            self.layer(be, il, lw, &mut x, &positions, cache, &mut buf)?;
         }
         cache.set_len(start + n);
         let rows = match want {
@@ -107,6 +108,7 @@ impl Model {
         Ok(logits)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn layer(
         &self,
         be: &dyn Backend,
@@ -115,28 +117,37 @@ impl Model {
         x: &mut [f32],
         positions: &[u32],
         cache: &mut KvCache,
+        buf: &mut Intermediates,
     ) -> Result<(), ModelError> {
         let c = &self.config;
         let f = &self.file;
         let n = positions.len();
         let la = c.layers[il];
-        let mut attn_norm = x.to_vec();
-        be.rms_norm(&mut attn_norm, &lw.attn_norm, c.norm_eps, c.norm_kind);
-        let mut q = vec![0f32; n * c.q_dim()];
-        let mut k = vec![0f32; n * c.kv_dim()];
-        let mut v = vec![0f32; n * c.kv_dim()];
+        let Intermediates {
+            attn_norm,
+            q,
+            k,
+            v,
+            kqv,
+            attn_out,
+            ffn_inp,
+            gate,
+            up,
+        } = buf;
+        attn_norm.copy_from_slice(x);
+        be.rms_norm(attn_norm, &lw.attn_norm, c.norm_eps, c.norm_kind);
         let qkv = [lw.wq.view(f), lw.wk.view(f), lw.wv.view(f)];
-        be.matmul_multi(&qkv, &attn_norm, n, &mut [&mut q, &mut k, &mut v])?;
-        add_bias(&mut q, lw.bq.as_deref());
-        add_bias(&mut k, lw.bk.as_deref());
-        add_bias(&mut v, lw.bv.as_deref());
+        be.matmul_multi(&qkv, attn_norm, n, &mut [&mut *q, &mut *k, &mut *v])?;
+        add_bias(q, lw.bq.as_deref());
+        add_bias(k, lw.bk.as_deref());
+        add_bias(v, lw.bv.as_deref());
         if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
-            be.rms_norm(&mut q, qn, c.norm_eps, c.norm_kind);
-            be.rms_norm(&mut k, kn, c.norm_eps, c.norm_kind);
+            be.rms_norm(q, qn, c.norm_eps, c.norm_kind);
+            be.rms_norm(k, kn, c.norm_eps, c.norm_kind);
         }
         let freq_scale = 1.0 / la.rope_scale;
         be.rope(
-            &mut q,
+            q,
             c.n_head,
             c.head_dim,
             positions,
@@ -145,7 +156,7 @@ impl Model {
             c.rope_kind,
         );
         be.rope(
-            &mut k,
+            k,
             c.n_head_kv,
             c.head_dim,
             positions,
@@ -153,7 +164,7 @@ impl Model {
             freq_scale,
             c.rope_kind,
         );
-        cache.write(il, positions[0] as usize, &k, &v);
+        cache.write(il, positions[0] as usize, k, v);
         let n_kv = positions[n - 1] as usize + 1;
         let (kc, vc) = cache.layer(il);
         let params = AttnParams {
@@ -164,31 +175,58 @@ impl Model {
             window: la.window,
             softcap: c.attn_softcap,
         };
-        let mut kqv = vec![0f32; n * c.q_dim()];
-        be.attention(&q, kc, vc, n_kv, positions, &params, &mut kqv)?;
-        let mut attn_out = vec![0f32; n * c.n_embd];
-        be.matmul(&lw.wo.view(f), &kqv, n, &mut attn_out)?;
+        be.attention(q, kc, vc, n_kv, positions, &params, kqv)?;
+        be.matmul(&lw.wo.view(f), kqv, n, attn_out)?;
         if let Some(w) = &lw.post_attn_norm {
-            be.rms_norm(&mut attn_out, w, c.norm_eps, c.norm_kind);
+            be.rms_norm(attn_out, w, c.norm_eps, c.norm_kind);
         }
-        add_into(x, &attn_out);
+        add_into(x, attn_out);
         dump(&format!("l{il}.attn_residual"), x, c.n_embd);
 
-        let mut ffn_inp = x.to_vec();
-        be.rms_norm(&mut ffn_inp, &lw.ffn_norm, c.norm_eps, c.norm_kind);
-        let mut gate = vec![0f32; n * c.n_ff];
-        let mut up = vec![0f32; n * c.n_ff];
+        ffn_inp.copy_from_slice(x);
+        be.rms_norm(ffn_inp, &lw.ffn_norm, c.norm_eps, c.norm_kind);
         let gate_up = [lw.w_gate.view(f), lw.w_up.view(f)];
-        be.matmul_multi(&gate_up, &ffn_inp, n, &mut [&mut gate, &mut up])?;
-        be.glu(&mut gate, &up, c.activation);
-        let mut ffn_out = attn_out;
-        be.matmul(&lw.w_down.view(f), &gate, n, &mut ffn_out)?;
+        be.matmul_multi(&gate_up, ffn_inp, n, &mut [&mut *gate, &mut *up])?;
+        be.glu(gate, up, c.activation);
+        let ffn_out = attn_out;
+        be.matmul(&lw.w_down.view(f), gate, n, ffn_out)?;
         if let Some(w) = &lw.post_ffn_norm {
-            be.rms_norm(&mut ffn_out, w, c.norm_eps, c.norm_kind);
+            be.rms_norm(ffn_out, w, c.norm_eps, c.norm_kind);
         }
-        add_into(x, &ffn_out);
+        add_into(x, ffn_out);
         dump(&format!("l{il}.out"), x, c.n_embd);
         Ok(())
+    }
+}
+
+/// Every per-layer intermediate of an `n`-token forward, allocated once and reused by each
+/// layer (fresh large allocations per layer cost page faults and zeroing).
+struct Intermediates {
+    attn_norm: Vec<f32>, // (n, n_embd)
+    q: Vec<f32>,         // (n, n_head * head_dim)
+    k: Vec<f32>,         // (n, n_head_kv * head_dim)
+    v: Vec<f32>,         // (n, n_head_kv * head_dim)
+    kqv: Vec<f32>,       // (n, n_head * head_dim)
+    attn_out: Vec<f32>,  // (n, n_embd), then the FFN output
+    ffn_inp: Vec<f32>,   // (n, n_embd)
+    gate: Vec<f32>,      // (n, n_ff)
+    up: Vec<f32>,        // (n, n_ff)
+}
+
+impl Intermediates {
+    fn new(c: &TransformerConfig, n: usize) -> Intermediates {
+        let zeros = |width: usize| vec![0f32; n * width];
+        Intermediates {
+            attn_norm: zeros(c.n_embd),
+            q: zeros(c.q_dim()),
+            k: zeros(c.kv_dim()),
+            v: zeros(c.kv_dim()),
+            kqv: zeros(c.q_dim()),
+            attn_out: zeros(c.n_embd),
+            ffn_inp: zeros(c.n_embd),
+            gate: zeros(c.n_ff),
+            up: zeros(c.n_ff),
+        }
     }
 }
 
