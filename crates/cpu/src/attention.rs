@@ -134,13 +134,8 @@ fn attend_range(
         for g in 0..group {
             let row = &mut scores[g * n..][..n];
             let max = row.iter().fold(f32::NEG_INFINITY, |m, s| m.max(*s));
-            let mut sum = 0.0;
-            for s in row.iter_mut() {
-                *s = (*s - max).exp();
-                sum += *s;
-            }
             part.max[g] = max;
-            part.sum[g] = sum;
+            part.sum[g] = crate::vmath::exp_shifted(row, max);
         }
         for (jj, j) in (j0..j1).enumerate() {
             let vj = &v[j * stride + kvh * hd..][..hd];

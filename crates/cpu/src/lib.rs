@@ -7,6 +7,7 @@ pub mod membw;
 pub mod ops;
 pub mod pool;
 pub mod simd;
+pub mod vmath;
 
 use half::f16;
 use ishizuki_core::backend::{Activation, AttnParams, NormKind, RopeKind};

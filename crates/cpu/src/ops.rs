@@ -105,11 +105,8 @@ pub fn silu(x: f32) -> f32 {
 
 pub fn glu(gate: &mut [f32], up: &[f32], act: Activation) {
     match act {
-        Activation::SwiGlu => gate.iter_mut().zip(up).for_each(|(g, u)| *g = silu(*g) * u),
-        Activation::GeGluTanh => gate
-            .iter_mut()
-            .zip(up)
-            .for_each(|(g, u)| *g = gelu_tanh(*g) * u),
+        Activation::SwiGlu => crate::vmath::silu_mul(gate, up),
+        Activation::GeGluTanh => crate::vmath::gelu_tanh_mul(gate, up),
     }
 }
 

@@ -6,6 +6,7 @@
 //! The microkernel accumulates `vpdpbusd` per sub-block and applies the (scale, min) pair of
 //! every weight row as a vector, so a prefill reads each weight once and spends its time in
 //! integer dot products rather than in unpacking.
+mod acts;
 pub mod unpack;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx512;
@@ -60,7 +61,7 @@ impl Acts {
             for m in task * per_task..((task + 1) * per_task).min(rows) {
                 // SAFETY: each task writes only its own rows of every array.
                 unsafe {
-                    quantize_act_row(
+                    acts::quantize_row(
                         &x[m * k..][..k],
                         std::slice::from_raw_parts_mut(q.ptr().add(m * k), k),
                         std::slice::from_raw_parts_mut(d.ptr().add(m * k / 32), k / 32),
@@ -70,24 +71,6 @@ impl Acts {
                 }
             }
         });
-    }
-}
-
-/// One row: symmetric 8-bit per 32 elements (ggml's Q8_0 rounding, the scale kept in f32).
-fn quantize_act_row(x: &[f32], q: &mut [i8], d: &mut [f32], sum16: &mut [f32], sum32: &mut [f32]) {
-    for (b, (xb, qb)) in x.chunks_exact(32).zip(q.chunks_exact_mut(32)).enumerate() {
-        let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let db = amax / 127.0;
-        let id = if db > 0.0 { 1.0 / db } else { 0.0 };
-        let mut sums = [0i32; 2];
-        for (j, (o, &v)) in qb.iter_mut().zip(xb).enumerate() {
-            *o = (v * id).round() as i8;
-            sums[j / 16] += *o as i32;
-        }
-        d[b] = db;
-        sum16[2 * b] = db * sums[0] as f32;
-        sum16[2 * b + 1] = db * sums[1] as f32;
-        sum32[b] = db * (sums[0] + sums[1]) as f32;
     }
 }
 

@@ -1,0 +1,127 @@
+//! One activation row quantized for the GEMM: symmetric 8-bit per 32 elements with the scale
+//! kept in f32 (ggml's Q8_0 rule, rounding half to even as its SIMD quantizers do), and the
+//! scaled sums of each 16 and 32 quants.
+use crate::simd::{tier, Tier};
+
+/// `q`, `d`, `sum16` and `sum32` hold exactly the blocks of `x` (a multiple of 32 long).
+pub(super) fn quantize_row(
+    x: &[f32],
+    q: &mut [i8],
+    d: &mut [f32],
+    sum16: &mut [f32],
+    sum32: &mut [f32],
+) {
+    let blocks = x.chunks_exact(32).zip(q.chunks_exact_mut(32));
+    for (b, (xb, qb)) in blocks.enumerate() {
+        let amax = max_abs(xb);
+        let db = amax / 127.0;
+        let id = if db > 0.0 { 1.0 / db } else { 0.0 };
+        let sums = quantize_block(xb, id, qb);
+        d[b] = db;
+        sum16[2 * b] = db * sums[0] as f32;
+        sum16[2 * b + 1] = db * sums[1] as f32;
+        sum32[b] = db * (sums[0] + sums[1]) as f32;
+    }
+}
+
+fn max_abs(x: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if tier() >= Tier::Avx2 {
+        // SAFETY: the tier guarantees AVX2; x holds 32 values.
+        return unsafe { x86::max_abs(x) };
+    }
+    x.iter().fold(0f32, |m, v| m.max(v.abs()))
+}
+
+/// Writes `round(x * id)` into the 32 bytes of `q`; returns the sums of each half.
+fn quantize_block(x: &[f32], id: f32, q: &mut [i8]) -> [i32; 2] {
+    #[cfg(target_arch = "x86_64")]
+    if tier() >= Tier::Avx2 {
+        // SAFETY: the tier guarantees AVX2; x and q hold 32 values.
+        return unsafe { x86::quantize_block(x, id, q) };
+    }
+    quantize_block_scalar(x, id, q)
+}
+
+pub(super) fn quantize_block_scalar(x: &[f32], id: f32, q: &mut [i8]) -> [i32; 2] {
+    let mut sums = [0i32; 2];
+    for (j, (o, &v)) in q.iter_mut().zip(x).enumerate() {
+        *o = (v * id).round_ties_even() as i8;
+        sums[j / 16] += *o as i32;
+    }
+    sums
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn max_abs(x: &[f32]) -> f32 {
+        let p = x.as_ptr();
+        let abs = |i: usize| _mm256_andnot_ps(_mm256_set1_ps(-0.0), _mm256_loadu_ps(p.add(i)));
+        let m = _mm256_max_ps(
+            _mm256_max_ps(abs(0), abs(8)),
+            _mm256_max_ps(abs(16), abs(24)),
+        );
+        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)))
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn hsum_i32(v: __m256i) -> i32 {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+        _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<1>(s)))
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn quantize_block(x: &[f32], id: f32, q: &mut [i8]) -> [i32; 2] {
+        let (p, scale) = (x.as_ptr(), _mm256_set1_ps(id));
+        // cvtps rounds half to even under the default MXCSR mode
+        let quant = |i: usize| _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(p.add(i)), scale));
+        let (q0, q1, q2, q3) = (quant(0), quant(8), quant(16), quant(24));
+        let sums = [
+            hsum_i32(_mm256_add_epi32(q0, q1)),
+            hsum_i32(_mm256_add_epi32(q2, q3)),
+        ];
+        // the packs interleave 128-bit lanes; the permute puts the dwords back in order
+        let packed = _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
+        let ordered =
+            _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(q.as_mut_ptr().cast(), ordered);
+        sums
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn simd_blocks_equal_the_scalar_rule() {
+        let mut x: Vec<f32> = (0..32 * 50)
+            .map(|i| ((i * 7919) % 1000) as f32 / 37.0 - 13.5)
+            .collect();
+        // exact ties of x * id at every half step
+        for (j, v) in x[..32].iter_mut().enumerate() {
+            *v = j as f32 - 15.5;
+        }
+        for xb in x.chunks_exact(32) {
+            let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+            assert_eq!(max_abs(xb), amax);
+            let id = if amax > 0.0 { 127.0 / amax } else { 0.0 };
+            let (mut got, mut want) = ([0i8; 32], [0i8; 32]);
+            let sums = quantize_block(xb, id, &mut got);
+            assert_eq!(sums, quantize_block_scalar(xb, id, &mut want));
+            assert_eq!(got, want);
+        }
+        let halves: Vec<f32> = (0..32).map(|j| j as f32 - 15.5).collect();
+        let (mut got, mut want) = ([0i8; 32], [0i8; 32]);
+        quantize_block(&halves, 1.0, &mut got);
+        quantize_block_scalar(&halves, 1.0, &mut want);
+        assert_eq!(got, want);
+        assert_eq!((got[0], got[15], got[16]), (-16, 0, 0), "halves round to even");
+    }
+}
