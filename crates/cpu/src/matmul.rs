@@ -191,6 +191,7 @@ fn run_chunk(job: &Job, range: std::ops::Range<usize>, act: &[u8], a_row: usize,
         let xs: [&[u8]; MAX_ROWS] =
             std::array::from_fn(|j| &act[(i0 + j.min(g - 1)) * a_row..][..a_row]);
         for r in r0..r1 {
+            prefetch(w.data, r * w_row + PREFETCH_BYTES, w_row);
             // SAFETY: the table hands out kernels this CPU supports; slices hold whole rows.
             unsafe {
                 (k.dot)(
@@ -205,6 +206,24 @@ fn run_chunk(job: &Job, range: std::ops::Range<usize>, act: &[u8], a_row: usize,
                 unsafe { *job.out.ptr().add((i0 + j) * n_out + r) = *d };
             }
         }
+    }
+}
+
+/// How far ahead of the weight row being multiplied its stream is requested: the hardware
+/// prefetchers alone leave decode waiting on DRAM latency.
+const PREFETCH_BYTES: usize = 2048;
+
+/// Asks for the cache lines of `len` bytes at `at` in `data` (nothing past its end).
+#[inline(always)]
+fn prefetch(data: &[u8], at: usize, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for line in (at..(at + len).min(data.len())).step_by(64) {
+        // SAFETY: prefetching an address inside `data` has no side effects.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                data.as_ptr().add(line).cast(),
+            )
+        };
     }
 }
 
