@@ -122,6 +122,10 @@ mod tests {
         quantize_block(&halves, 1.0, &mut got);
         quantize_block_scalar(&halves, 1.0, &mut want);
         assert_eq!(got, want);
-        assert_eq!((got[0], got[15], got[16]), (-16, 0, 0), "halves round to even");
+        assert_eq!(
+            (got[0], got[15], got[16]),
+            (-16, 0, 0),
+            "halves round to even"
+        );
     }
 }

@@ -8,6 +8,9 @@ use half::f16;
 use ishizuki_core::{backend::AttnParams, Error, Result};
 use std::cell::RefCell;
 
+#[cfg(target_arch = "x86_64")]
+mod x86_avx512;
+
 /// Fewest keys worth a task of their own.
 const MIN_KEYS_PER_SPLIT: usize = 128;
 
@@ -119,24 +122,31 @@ fn attend_range(
     if n == 0 {
         return part;
     }
+    #[cfg(target_arch = "x86_64")]
+    let fast = tier() >= Tier::Avx512 && x86_avx512::fits(hd, group);
     SCORES.with_borrow_mut(|scores| {
         scores.resize(group * n, 0.0);
+        #[cfg(target_arch = "x86_64")]
+        if fast {
+            let kv = |data| x86_avx512::HeadView {
+                data,
+                stride,
+                off: kvh * hd,
+            };
+            // SAFETY: the tier has AVX-512F and F16C, `fits` holds, and the caller checked
+            // that every position below n_kv is inside k and v.
+            unsafe { x86_avx512::scores(qs, kv(k), hd, j0, j1, scores) };
+            finish_scores(scores, group, n, p, &mut part);
+            unsafe { x86_avx512::values(scores, kv(v), hd, j0, j1, &mut part.acc) };
+            return;
+        }
         for (jj, j) in (j0..j1).enumerate() {
             let kj = &k[j * stride + kvh * hd..][..hd];
             for g in 0..group {
-                let mut s = dot_f16(&qs[g * hd..][..hd], kj) * p.scale;
-                if let Some(cap) = p.softcap {
-                    s = cap * (s / cap).tanh();
-                }
-                scores[g * n + jj] = s;
+                scores[g * n + jj] = dot_f16(&qs[g * hd..][..hd], kj);
             }
         }
-        for g in 0..group {
-            let row = &mut scores[g * n..][..n];
-            let max = row.iter().fold(f32::NEG_INFINITY, |m, s| m.max(*s));
-            part.max[g] = max;
-            part.sum[g] = crate::vmath::exp_shifted(row, max);
-        }
+        finish_scores(scores, group, n, p, &mut part);
         for (jj, j) in (j0..j1).enumerate() {
             let vj = &v[j * stride + kvh * hd..][..hd];
             for g in 0..group {
@@ -145,6 +155,23 @@ fn attend_range(
         }
     });
     part
+}
+
+/// Scales (and soft-caps) raw q.k scores `(group, n)`, then turns each head's row into
+/// unnormalised softmax weights, recording its max and sum in `part`.
+fn finish_scores(scores: &mut [f32], group: usize, n: usize, p: &AttnParams, part: &mut Partial) {
+    for s in scores.iter_mut() {
+        *s *= p.scale;
+        if let Some(cap) = p.softcap {
+            *s = cap * (*s / cap).tanh();
+        }
+    }
+    for g in 0..group {
+        let row = &mut scores[g * n..][..n];
+        let max = row.iter().fold(f32::NEG_INFINITY, |m, s| m.max(*s));
+        part.max[g] = max;
+        part.sum[g] = crate::vmath::exp_shifted(row, max);
+    }
 }
 
 /// Combines key-range partials into normalised outputs `o (group, hd)`.
@@ -264,6 +291,7 @@ mod tests {
                             .sum::<f64>()
                             * p.scale as f64
                     })
+                    .map(|s| p.softcap.map_or(s, |c| c as f64 * (s / c as f64).tanh()))
                     .collect();
                 let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
@@ -280,13 +308,25 @@ mod tests {
     }
 
     fn check(rows: usize, n_kv: usize, window: Option<usize>, threads: usize) {
+        check_heads(rows, n_kv, window, threads, (6, 2, 20), None);
+    }
+
+    /// `heads` = (n_head, n_head_kv, head_dim).
+    fn check_heads(
+        rows: usize,
+        n_kv: usize,
+        window: Option<usize>,
+        threads: usize,
+        heads: (usize, usize, usize),
+        softcap: Option<f32>,
+    ) {
         let p = AttnParams {
-            n_head: 6,
-            n_head_kv: 2,
-            head_dim: 20,
+            n_head: heads.0,
+            n_head_kv: heads.1,
+            head_dim: heads.2,
             scale: 0.3,
             window,
-            softcap: None,
+            softcap,
         };
         let (hd, nh, nkv) = (p.head_dim, p.n_head, p.n_head_kv);
         let val = |i: usize, s: f32| (i as f32 * s).sin() * 2.0;
@@ -321,6 +361,17 @@ mod tests {
             check(7, 40, Some(4), threads);
             check(2, 1000, Some(999), threads);
         }
+    }
+
+    #[test]
+    fn vector_paths_match_reference_for_real_head_shapes() {
+        // SmolLM2 (group 3, 64 dims), Gemma 3 (group 4, 256 dims), a group of 8, a group too
+        // large for the register-held path, and 48 dims (not a multiple of 32)
+        for heads in [(9, 3, 64), (4, 1, 256), (8, 1, 32), (18, 2, 64), (4, 2, 48)] {
+            check_heads(1, 300, None, 2, heads, None);
+            check_heads(6, 50, Some(17), 2, heads, None);
+        }
+        check_heads(3, 40, None, 2, (4, 1, 256), Some(2.0));
     }
 
     #[test]

@@ -1,0 +1,130 @@
+//! AVX-512 score and value passes for `G` query heads sharing one KV head: each f16 key or
+//! value chunk is converted once and used by every head of the group, with the per-head sums
+//! held in registers (keys: one vector per head; values: 32 dimensions per head at a time).
+use half::f16;
+use std::arch::x86_64::*;
+
+/// Largest group handled here; larger groups take the portable path.
+pub(super) const MAX_GROUP: usize = 8;
+
+/// One KV head's view: element `j * stride + off + d` is dimension `d` of position `j`.
+#[derive(Clone, Copy)]
+pub(super) struct HeadView<'a> {
+    pub data: &'a [f16],
+    pub stride: usize,
+    pub off: usize,
+}
+
+/// Whether these passes take a head of `hd` dimensions and `group` query heads.
+pub(super) fn fits(hd: usize, group: usize) -> bool {
+    hd.is_multiple_of(32) && (1..=MAX_GROUP).contains(&group)
+}
+
+/// `scores[g * n + jj] = q_g . k_{j0 + jj}` for `qs (group, hd)`, `n = j1 - j0`.
+/// Unsafe: AVX-512F and F16C must exist, `fits(hd, group)`, and every position is in `k`.
+pub(super) unsafe fn scores(
+    qs: &[f32],
+    k: HeadView,
+    hd: usize,
+    j0: usize,
+    j1: usize,
+    out: &mut [f32],
+) {
+    macro_rules! go {
+        ($($g:literal)*) => {
+            match qs.len() / hd {
+                $($g => scores_g::<$g>(qs, k, hd, j0, j1, out),)*
+                _ => unreachable!("checked by fits"),
+            }
+        };
+    }
+    go!(1 2 3 4 5 6 7 8)
+}
+
+/// `acc[g * hd + d] = sum_jj p[g * n + jj] * v_{j0 + jj}[d]`.
+/// Unsafe: as `scores`.
+pub(super) unsafe fn values(
+    p: &[f32],
+    v: HeadView,
+    hd: usize,
+    j0: usize,
+    j1: usize,
+    acc: &mut [f32],
+) {
+    macro_rules! go {
+        ($($g:literal)*) => {
+            match acc.len() / hd {
+                $($g => values_g::<$g>(p, v, hd, j0, j1, acc),)*
+                _ => unreachable!("checked by fits"),
+            }
+        };
+    }
+    go!(1 2 3 4 5 6 7 8)
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,f16c,avx2,fma")]
+unsafe fn scores_g<const G: usize>(
+    qs: &[f32],
+    k: HeadView,
+    hd: usize,
+    j0: usize,
+    j1: usize,
+    out: &mut [f32],
+) {
+    let n = j1 - j0;
+    assert!(
+        qs.len() == G * hd
+            && out.len() >= G * n
+            && k.data.len() >= (j1 - 1) * k.stride + k.off + hd
+    );
+    let q = qs.as_ptr();
+    for (jj, j) in (j0..j1).enumerate() {
+        let kp = k.data.as_ptr().add(j * k.stride + k.off).cast::<__m256i>();
+        let mut acc = [_mm512_setzero_ps(); G];
+        for c in 0..hd / 16 {
+            let kc = _mm512_cvtph_ps(_mm256_loadu_si256(kp.add(c)));
+            for (g, a) in acc.iter_mut().enumerate() {
+                *a = _mm512_fmadd_ps(_mm512_loadu_ps(q.add(g * hd + 16 * c)), kc, *a);
+            }
+        }
+        for (g, a) in acc.iter().enumerate() {
+            *out.get_unchecked_mut(g * n + jj) = _mm512_reduce_add_ps(*a);
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,f16c,avx2,fma")]
+unsafe fn values_g<const G: usize>(
+    p: &[f32],
+    v: HeadView,
+    hd: usize,
+    j0: usize,
+    j1: usize,
+    acc: &mut [f32],
+) {
+    let n = j1 - j0;
+    assert!(
+        acc.len() == G * hd && p.len() >= G * n && v.data.len() >= (j1 - 1) * v.stride + v.off + hd
+    );
+    for c in (0..hd).step_by(32) {
+        let mut sums = [[_mm512_setzero_ps(); 2]; G];
+        for jj in 0..n {
+            let vp = v
+                .data
+                .as_ptr()
+                .add((j0 + jj) * v.stride + v.off + c)
+                .cast::<__m256i>();
+            let v0 = _mm512_cvtph_ps(_mm256_loadu_si256(vp));
+            let v1 = _mm512_cvtph_ps(_mm256_loadu_si256(vp.add(1)));
+            for (g, s) in sums.iter_mut().enumerate() {
+                let w = _mm512_set1_ps(*p.get_unchecked(g * n + jj));
+                s[0] = _mm512_fmadd_ps(w, v0, s[0]);
+                s[1] = _mm512_fmadd_ps(w, v1, s[1]);
+            }
+        }
+        for (g, s) in sums.iter().enumerate() {
+            _mm512_storeu_ps(acc.as_mut_ptr().add(g * hd + c), s[0]);
+            _mm512_storeu_ps(acc.as_mut_ptr().add(g * hd + c + 16), s[1]);
+        }
+    }
+}
