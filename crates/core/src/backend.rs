@@ -60,7 +60,8 @@ pub struct AttnParams {
 }
 
 /// The op tier every backend provides. Activations are row-major `rows x width` f32.
-/// The KV cache layout is `(n_kv, n_head_kv, head_dim)` in f16, position-major.
+/// The KV cache layout is head-major `(n_head_kv, capacity, head_dim)` in f16: each head's
+/// positions are contiguous, so decode attention streams them.
 pub trait Backend: Send + Sync {
     fn name(&self) -> String;
 
@@ -109,7 +110,8 @@ pub trait Backend: Send + Sync {
         kind: RopeKind,
     );
 
-    /// Causal attention of `q (rows, n_head, head_dim)` over cached keys/values `0..n_kv`;
+    /// Causal attention of `q (rows, n_head, head_dim)` over cached keys/values `0..n_kv`
+    /// (`k` and `v` each `(n_head_kv, capacity, head_dim)`, capacity >= n_kv);
     /// query row r sits at `positions[r]` (< n_kv). Writes `out (rows, n_head, head_dim)`.
     #[allow(clippy::too_many_arguments)]
     fn attention(

@@ -4,9 +4,10 @@ use half::f16;
 
 pub struct KvCache {
     n_ctx: usize,
+    head_dim: usize,
     kv_dim: usize,
     len: usize,
-    /// Per layer: keys and values, each `(n_ctx, n_head_kv, head_dim)`.
+    /// Per layer: keys and values, each head-major `(n_head_kv, n_ctx, head_dim)`.
     layers: Vec<(Vec<f16>, Vec<f16>)>,
 }
 
@@ -23,6 +24,7 @@ impl KvCache {
             .collect();
         KvCache {
             n_ctx,
+            head_dim: c.head_dim,
             kv_dim,
             len: 0,
             layers,
@@ -56,15 +58,20 @@ impl KvCache {
         self.len = len;
     }
 
-    /// Stores rows `(rows, kv_dim)` of keys and values for `layer` starting at `pos`.
+    /// Stores rows `(rows, n_head_kv * head_dim)` of keys and values for `layer` starting at
+    /// position `pos`.
     pub(crate) fn write(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
         let (kc, vc) = &mut self.layers[layer];
-        let at = pos * self.kv_dim;
-        for (d, s) in kc[at..at + k.len()].iter_mut().zip(k) {
-            *d = f16::from_f32(*s);
-        }
-        for (d, s) in vc[at..at + v.len()].iter_mut().zip(v) {
-            *d = f16::from_f32(*s);
+        let hd = self.head_dim;
+        for (cache, rows) in [(kc, k), (vc, v)] {
+            for (r, row) in rows.chunks_exact(self.kv_dim).enumerate() {
+                for (h, src) in row.chunks_exact(hd).enumerate() {
+                    let at = (h * self.n_ctx + pos + r) * hd;
+                    for (d, s) in cache[at..at + hd].iter_mut().zip(src) {
+                        *d = f16::from_f32(*s);
+                    }
+                }
+            }
         }
     }
 

@@ -1,4 +1,5 @@
-//! Causal (optionally sliding-window) attention over an f16 KV cache. A task takes one query row,
+//! Causal (optionally sliding-window) attention over a head-major f16 KV cache (each KV head's
+//! positions contiguous, so a task streams them sequentially). A task takes one query row,
 //! one KV head and a range of keys: the query heads that share the KV head (GQA) read each key and
 //! value once. Long decode contexts are split over keys (flash-decoding) so every thread works,
 //! and the partial softmaxes are merged.
@@ -39,12 +40,15 @@ pub fn attention(
 ) -> Result<()> {
     let (hd, nh, nkv) = (p.head_dim, p.n_head, p.n_head_kv);
     let rows = positions.len();
+    let head = nkv * hd;
+    let capacity = if head == 0 { 0 } else { k.len() / head };
     if nkv == 0
         || !nh.is_multiple_of(nkv)
         || q.len() != rows * nh * hd
         || out.len() != q.len()
-        || k.len() < n_kv * nkv * hd
-        || v.len() < n_kv * nkv * hd
+        || k.len() != capacity * head
+        || v.len() != k.len()
+        || capacity < n_kv
         || positions.iter().any(|&p| p as usize >= n_kv)
     {
         return Err(Error::Shape(format!(
@@ -77,7 +81,16 @@ pub fn attention(
             (first + (split + 1) * per).min(pos + 1),
         );
         let at = (row * nh + kvh * group) * hd;
-        let part = attend_range(&q[at..][..group * hd], k, v, nkv, kvh, hd, j0, j1, p);
+        let kv = kvh * capacity * hd..(kvh + 1) * capacity * hd;
+        let part = attend_range(
+            &q[at..][..group * hd],
+            &k[kv.clone()],
+            &v[kv],
+            hd,
+            j0,
+            j1,
+            p,
+        );
         if splits == 1 {
             // SAFETY: each (row, kv head) unit writes only its own query heads.
             let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.ptr().add(at), group * hd) };
@@ -98,14 +111,12 @@ pub fn attention(
     Ok(())
 }
 
-/// Attends `group` query heads `qs (group, hd)` to keys `j0..j1` of KV head `kvh`.
-#[allow(clippy::too_many_arguments)]
+/// Attends `group` query heads `qs (group, hd)` to positions `j0..j1` of one KV head's keys and
+/// values `(capacity, hd)`.
 fn attend_range(
     qs: &[f32],
     k: &[f16],
     v: &[f16],
-    nkv: usize,
-    kvh: usize,
     hd: usize,
     j0: usize,
     j1: usize,
@@ -113,7 +124,6 @@ fn attend_range(
 ) -> Partial {
     let group = qs.len() / hd;
     let n = j1.saturating_sub(j0);
-    let stride = nkv * hd;
     let mut part = Partial {
         max: vec![f32::NEG_INFINITY; group],
         sum: vec![0.0; group],
@@ -128,27 +138,22 @@ fn attend_range(
         scores.resize(group * n, 0.0);
         #[cfg(target_arch = "x86_64")]
         if fast {
-            let kv = |data| x86_avx512::HeadView {
-                data,
-                stride,
-                off: kvh * hd,
-            };
             // SAFETY: the tier has AVX-512F and F16C, `fits` holds, and the caller checked
             // that every position below n_kv is inside k and v.
-            unsafe { x86_avx512::scores(qs, kv(k), hd, j0, j1, scores) };
+            unsafe { x86_avx512::scores(qs, k, hd, j0, j1, scores) };
             finish_scores(scores, group, n, p, &mut part);
-            unsafe { x86_avx512::values(scores, kv(v), hd, j0, j1, &mut part.acc) };
+            unsafe { x86_avx512::values(scores, v, hd, j0, j1, &mut part.acc) };
             return;
         }
         for (jj, j) in (j0..j1).enumerate() {
-            let kj = &k[j * stride + kvh * hd..][..hd];
+            let kj = &k[j * hd..][..hd];
             for g in 0..group {
                 scores[g * n + jj] = dot_f16(&qs[g * hd..][..hd], kj);
             }
         }
         finish_scores(scores, group, n, p, &mut part);
         for (jj, j) in (j0..j1).enumerate() {
-            let vj = &v[j * stride + kvh * hd..][..hd];
+            let vj = &v[j * hd..][..hd];
             for g in 0..group {
                 axpy_f16(&mut part.acc[g * hd..][..hd], scores[g * n + jj], vj);
             }
@@ -274,8 +279,10 @@ mod tests {
     use super::*;
 
     /// Straightforward f64 reference: softmax over the visible keys of each head.
+    /// Keys and values are head-major `(n_head_kv, cap, hd)`.
     fn reference(q: &[f32], k: &[f16], v: &[f16], positions: &[u32], p: &AttnParams) -> Vec<f32> {
         let (hd, nh, nkv) = (p.head_dim, p.n_head, p.n_head_kv);
+        let cap = k.len() / (nkv * hd);
         let mut out = vec![0f32; q.len()];
         for (r, &pos) in positions.iter().enumerate() {
             for h in 0..nh {
@@ -284,7 +291,7 @@ mod tests {
                 let qh = &q[(r * nh + h) * hd..][..hd];
                 let s: Vec<f64> = (first..=pos as usize)
                     .map(|j| {
-                        let kj = &k[(j * nkv + kvh) * hd..][..hd];
+                        let kj = &k[(kvh * cap + j) * hd..][..hd];
                         qh.iter()
                             .zip(kj)
                             .map(|(a, b)| *a as f64 * b.to_f64())
@@ -299,7 +306,7 @@ mod tests {
                     let w = (s[i] - m).exp() / z;
                     for d in 0..hd {
                         out[(r * nh + h) * hd + d] +=
-                            (w * v[(j * nkv + kvh) * hd + d].to_f64()) as f32;
+                            (w * v[(kvh * cap + j) * hd + d].to_f64()) as f32;
                     }
                 }
             }

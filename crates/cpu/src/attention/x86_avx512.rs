@@ -1,4 +1,4 @@
-//! AVX-512 score and value passes for `G` query heads sharing one KV head: each f16 key or
+//! AVX-512 score and value passes for `G` query heads sharing one KV head `(capacity, hd)`: each f16 key or
 //! value chunk is converted once and used by every head of the group, with the per-head sums
 //! held in registers (keys: one vector per head; values: 32 dimensions per head at a time).
 use half::f16;
@@ -6,14 +6,6 @@ use std::arch::x86_64::*;
 
 /// Largest group handled here; larger groups take the portable path.
 pub(super) const MAX_GROUP: usize = 8;
-
-/// One KV head's view: element `j * stride + off + d` is dimension `d` of position `j`.
-#[derive(Clone, Copy)]
-pub(super) struct HeadView<'a> {
-    pub data: &'a [f16],
-    pub stride: usize,
-    pub off: usize,
-}
 
 /// Whether these passes take a head of `hd` dimensions and `group` query heads.
 pub(super) fn fits(hd: usize, group: usize) -> bool {
@@ -24,7 +16,7 @@ pub(super) fn fits(hd: usize, group: usize) -> bool {
 /// Unsafe: AVX-512F and F16C must exist, `fits(hd, group)`, and every position is in `k`.
 pub(super) unsafe fn scores(
     qs: &[f32],
-    k: HeadView,
+    k: &[f16],
     hd: usize,
     j0: usize,
     j1: usize,
@@ -45,7 +37,7 @@ pub(super) unsafe fn scores(
 /// Unsafe: as `scores`.
 pub(super) unsafe fn values(
     p: &[f32],
-    v: HeadView,
+    v: &[f16],
     hd: usize,
     j0: usize,
     j1: usize,
@@ -65,21 +57,17 @@ pub(super) unsafe fn values(
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,f16c,avx2,fma")]
 unsafe fn scores_g<const G: usize>(
     qs: &[f32],
-    k: HeadView,
+    k: &[f16],
     hd: usize,
     j0: usize,
     j1: usize,
     out: &mut [f32],
 ) {
     let n = j1 - j0;
-    assert!(
-        qs.len() == G * hd
-            && out.len() >= G * n
-            && k.data.len() >= (j1 - 1) * k.stride + k.off + hd
-    );
+    assert!(qs.len() == G * hd && out.len() >= G * n && k.len() >= j1 * hd);
     let q = qs.as_ptr();
     for (jj, j) in (j0..j1).enumerate() {
-        let kp = k.data.as_ptr().add(j * k.stride + k.off).cast::<__m256i>();
+        let kp = k.as_ptr().add(j * hd).cast::<__m256i>();
         let mut acc = [_mm512_setzero_ps(); G];
         for c in 0..hd / 16 {
             let kc = _mm512_cvtph_ps(_mm256_loadu_si256(kp.add(c)));
@@ -96,24 +84,18 @@ unsafe fn scores_g<const G: usize>(
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,f16c,avx2,fma")]
 unsafe fn values_g<const G: usize>(
     p: &[f32],
-    v: HeadView,
+    v: &[f16],
     hd: usize,
     j0: usize,
     j1: usize,
     acc: &mut [f32],
 ) {
     let n = j1 - j0;
-    assert!(
-        acc.len() == G * hd && p.len() >= G * n && v.data.len() >= (j1 - 1) * v.stride + v.off + hd
-    );
+    assert!(acc.len() == G * hd && p.len() >= G * n && v.len() >= j1 * hd);
     for c in (0..hd).step_by(32) {
         let mut sums = [[_mm512_setzero_ps(); 2]; G];
         for jj in 0..n {
-            let vp = v
-                .data
-                .as_ptr()
-                .add((j0 + jj) * v.stride + v.off + c)
-                .cast::<__m256i>();
+            let vp = v.as_ptr().add((j0 + jj) * hd + c).cast::<__m256i>();
             let v0 = _mm512_cvtph_ps(_mm256_loadu_si256(vp));
             let v1 = _mm512_cvtph_ps(_mm256_loadu_si256(vp.add(1)));
             for (g, s) in sums.iter_mut().enumerate() {
