@@ -1,6 +1,7 @@
 //! CPU backend: persistent thread pool, runtime-dispatched SIMD, quantized matmul, attention.
 pub mod attention;
 pub mod gemm;
+pub mod gemv;
 pub mod kernels;
 pub mod matmul;
 pub mod membw;

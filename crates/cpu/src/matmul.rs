@@ -2,10 +2,10 @@
 //! (activations quantized once per call to the kernel's format); everything else dequantizes
 //! chunks of weight rows to f32. Either way a task reads its weight rows once and reuses them for
 //! every activation row, so a prefill streams the weights once.
-use crate::gemm;
 use crate::kernels::{self, QKernel, MAX_ROWS};
 use crate::pool::{SharedMut, ThreadPool};
 use crate::simd::{dot, dot4, tier};
+use crate::{gemm, gemv};
 use ishizuki_core::{
     quant::dequantize_row, quant::quantize_row, Error, GgmlType, Result, WeightView,
 };
@@ -62,6 +62,10 @@ pub fn matmul_multi(
     }
     for (w, out) in ws.iter().zip(outs.iter()) {
         check_shapes(w, x, rows, out)?;
+    }
+    if !exact && gemv::applies(ws, rows) {
+        gemv::gemv(pool, ws, x, outs);
+        return Ok(());
     }
     if !exact && gemm::applies(ws, rows) {
         if gemm::gemm(pool, ws, x, rows, outs) {
@@ -170,7 +174,7 @@ fn matmul_quantized(
 
 /// Weight rows per task: long ranges when the weights are streamed for a few activation rows,
 /// `CHUNK` otherwise (each weight row is then reused by many activation rows).
-fn chunk_rows(n_out: usize, rows: usize, n_threads: usize) -> usize {
+pub(crate) fn chunk_rows(n_out: usize, rows: usize, n_threads: usize) -> usize {
     if rows > MAX_ROWS || n_threads == 1 {
         return CHUNK;
     }
@@ -211,11 +215,11 @@ fn run_chunk(job: &Job, range: std::ops::Range<usize>, act: &[u8], a_row: usize,
 
 /// How far ahead of the weight row being multiplied its stream is requested: the hardware
 /// prefetchers alone leave decode waiting on DRAM latency.
-const PREFETCH_BYTES: usize = 2048;
+pub(crate) const PREFETCH_BYTES: usize = 2048;
 
 /// Asks for the cache lines of `len` bytes at `at` in `data` (nothing past its end).
 #[inline(always)]
-fn prefetch(data: &[u8], at: usize, len: usize) {
+pub(crate) fn prefetch(data: &[u8], at: usize, len: usize) {
     #[cfg(target_arch = "x86_64")]
     for line in (at..(at + len).min(data.len())).step_by(64) {
         // SAFETY: prefetching an address inside `data` has no side effects.

@@ -41,7 +41,7 @@ pub fn attention(
     let (hd, nh, nkv) = (p.head_dim, p.n_head, p.n_head_kv);
     let rows = positions.len();
     let head = nkv * hd;
-    let capacity = if head == 0 { 0 } else { k.len() / head };
+    let capacity = k.len().checked_div(head).unwrap_or(0);
     if nkv == 0
         || !nh.is_multiple_of(nkv)
         || q.len() != rows * nh * hd

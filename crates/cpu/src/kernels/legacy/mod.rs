@@ -10,6 +10,8 @@ mod x86;
 mod x86_avx2;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx512;
+#[cfg(target_arch = "x86_64")]
+mod x86_gemv512;
 
 #[cfg(test)]
 mod tests;
@@ -30,6 +32,22 @@ pub fn kernel(ty: GgmlType, tier: Tier) -> Option<QKernel> {
     };
     let (dot, tier) = best_dot(ty, tier)?;
     Some(QKernel { act, dot, tier })
+}
+
+/// `dot(w, x)` for one weight row `w` of `n` elements and activations in the GEMM's form:
+/// quants `q` with per-32 scales `d` and scaled sums `sum32`. Unsafe: the tier's instructions
+/// must exist; a row that does not hold exactly `n / 32` blocks gives NaN.
+pub type RowDot = unsafe fn(n: usize, w: &[u8], q: &[i8], d: &[f32], sum32: &[f32]) -> f32;
+
+/// The single-row kernel against GEMM-form activations for weights of `ty`, if this tier has
+/// one (AVX-512 only; lower tiers keep the block-format kernels).
+pub fn row_dot(ty: GgmlType, tier: Tier) -> Option<RowDot> {
+    #[cfg(target_arch = "x86_64")]
+    if tier >= Tier::Avx512 {
+        return x86_gemv512::row_dot(ty, crate::simd::gathers_are_fast());
+    }
+    let _ = (ty, tier);
+    None
 }
 
 fn best_dot(ty: GgmlType, tier: Tier) -> Option<(VecDot, Tier)> {

@@ -297,5 +297,65 @@ fn legacy_throughput() {
             }
             println!("{line}");
         }
+        if let Some(dot) = super::row_dot(ty, detected_tier()) {
+            let a = gemm_activations(n, &mut rng);
+            let mut best = f64::MAX;
+            for _ in 0..reps {
+                let start = std::time::Instant::now();
+                for wr in w.chunks_exact(row_bytes) {
+                    // SAFETY: as in `row_kernels_match_the_dequantized_dot`.
+                    std::hint::black_box(unsafe { dot(n, wr, &a.q, &a.d, &a.sum32) });
+                }
+                best = best.min(start.elapsed().as_secs_f64());
+            }
+            let gbs = w.len() as f64 / best / 1e9;
+            println!("{ty:>6} {:>11}  1 row(s): {gbs:6.1} GB/s", "row kernel");
+        }
+    }
+}
+
+/// GEMM-form activations of `n` random values: (quants, per-32 scales, scaled sums).
+fn gemm_activations(n: usize, rng: &mut Rng) -> crate::gemm::Acts {
+    let scale = [0.01, 1.0, 30.0][(rng.next() % 3) as usize];
+    let x: Vec<f32> = (0..n).map(|_| rng.unit() * scale).collect();
+    let mut acts = crate::gemm::Acts::default();
+    acts.quantize(&crate::pool::ThreadPool::new(1), &x, 1, n);
+    acts
+}
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn row_kernels_match_the_dequantized_dot() {
+    if super::row_dot(Q8_0, detected_tier()).is_none() {
+        eprintln!("skipped: no row kernels at tier {}", detected_tier().name());
+        return;
+    }
+    let mut rng = Rng(0xd0c0de);
+    for (ty, gather) in TYPES.into_iter().flat_map(|t| [(t, false), (t, true)]) {
+        let dot = super::x86_gemv512::row_dot(ty, gather).unwrap();
+        // whole groups of 8 blocks, odd and even tails
+        for n in [32, 64, 96, 256, 288, 576, 640] {
+            for _ in 0..20 {
+                let w = random_weights(ty, n, &mut rng);
+                let a = gemm_activations(n, &mut rng);
+                let mut wf = vec![0f32; n];
+                dequantize_row(ty, &w, &mut wf).unwrap();
+                let xf = (0..n).map(|i| a.d[i / 32] as f64 * a.q[i] as f64);
+                let terms: Vec<f64> = wf.iter().zip(xf).map(|(w, x)| *w as f64 * x).collect();
+                let want: f64 = terms.iter().sum();
+                let bound = 1e-4 * terms.iter().map(|t| t.abs()).sum::<f64>() + 1e-30;
+                let w_buf = shifted(&w, 3);
+                // SAFETY: the tier was detected; every slice holds one row of n elements.
+                let got = unsafe { dot(n, &w_buf[3..], &a.q, &a.d, &a.sum32) };
+                assert!(
+                    (got as f64 - want).abs() <= bound,
+                    "{ty} (gather {gather}) n {n}: {got} vs {want} (bound {bound})"
+                );
+            }
+        }
+        let a = gemm_activations(64, &mut rng);
+        // SAFETY: as above; the short weight row is reported, not read past.
+        let bad = unsafe { dot(64, &random_weights(ty, 32, &mut rng), &a.q, &a.d, &a.sum32) };
+        assert!(bad.is_nan(), "{ty}: a short row gives NaN");
     }
 }

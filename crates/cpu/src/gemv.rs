@@ -1,0 +1,59 @@
+//! Decode matmuls (one activation row) at the AVX-512 tier for the 32-element block types: the
+//! row is quantized once to the GEMM's activation form, and each task streams one long
+//! contiguous range of weight rows through the two-blocks-per-vector row kernels.
+use crate::gemm::Acts;
+use crate::kernels::legacy::{row_dot, RowDot};
+use crate::matmul::{chunk_rows, prefetch, PREFETCH_BYTES};
+use crate::pool::{SharedMut, ThreadPool};
+use crate::simd::tier;
+use ishizuki_core::WeightView;
+use std::cell::RefCell;
+
+thread_local! {
+    static ACTS: RefCell<Acts> = RefCell::new(Acts::default());
+}
+
+/// Whether `matmul` should take this path for these weights and rows.
+pub fn applies(ws: &[WeightView], rows: usize) -> bool {
+    rows == 1
+        && ws
+            .iter()
+            .all(|w| row_dot(w.ty, tier()).is_some() && w.n_in == ws[0].n_in)
+}
+
+/// `outs[i] (n_out_i) = ws[i] . x` for weights that `applies` accepted, with shapes checked by
+/// the caller (so every row fits its kernel).
+pub fn gemv(pool: &ThreadPool, ws: &[WeightView], x: &[f32], outs: &mut [&mut [f32]]) {
+    let k = ws[0].n_in;
+    let kernels: Vec<RowDot> = ws
+        .iter()
+        .map(|w| row_dot(w.ty, tier()).expect("applies"))
+        .collect();
+    let outs: Vec<SharedMut<f32>> = outs.iter_mut().map(|o| SharedMut(o.as_mut_ptr())).collect();
+    let chunks: Vec<usize> = ws
+        .iter()
+        .map(|w| chunk_rows(w.n_out, 1, pool.n_threads()))
+        .collect();
+    let mut first_task = vec![0];
+    for (w, c) in ws.iter().zip(&chunks) {
+        first_task.push(first_task.last().unwrap() + w.n_out.div_ceil(*c));
+    }
+    ACTS.with_borrow_mut(|acts| {
+        acts.quantize(pool, x, 1, k);
+        let acts: &Acts = acts;
+        pool.run(*first_task.last().unwrap(), &|task| {
+            let ji = first_task.partition_point(|&f| f <= task) - 1;
+            let (w, c) = (&ws[ji], chunks[ji]);
+            let w_row = w.data.len() / w.n_out;
+            let r0 = (task - first_task[ji]) * c;
+            for r in r0..(r0 + c).min(w.n_out) {
+                prefetch(w.data, r * w_row + PREFETCH_BYTES, w_row);
+                let row = &w.data[r * w_row..][..w_row];
+                // SAFETY: the tier has AVX-512; `acts` holds one row of k.
+                let dot = unsafe { (kernels[ji])(k, row, &acts.q, &acts.d, &acts.sum32) };
+                // SAFETY: this task alone writes elements r0..r0 + c of this output.
+                unsafe { *outs[ji].ptr().add(r) = dot };
+            }
+        });
+    });
+}
