@@ -2,7 +2,7 @@
 //! row is quantized once to the GEMM's activation form, and each task streams one long
 //! contiguous range of weight rows through the two-blocks-per-vector row kernels.
 use crate::gemm::Acts;
-use crate::kernels::legacy::{row_dot, RowDot};
+use crate::kernels::legacy::{row_dot, RowDot, ROWS};
 use crate::matmul::{chunk_rows, prefetch, PREFETCH_BYTES};
 use crate::pool::{SharedMut, ThreadPool};
 use crate::simd::tier;
@@ -46,13 +46,15 @@ pub fn gemv(pool: &ThreadPool, ws: &[WeightView], x: &[f32], outs: &mut [&mut [f
             let (w, c) = (&ws[ji], chunks[ji]);
             let w_row = w.data.len() / w.n_out;
             let r0 = (task - first_task[ji]) * c;
-            for r in r0..(r0 + c).min(w.n_out) {
-                prefetch(w.data, r * w_row + PREFETCH_BYTES, w_row);
-                let row = &w.data[r * w_row..][..w_row];
+            let r1 = (r0 + c).min(w.n_out);
+            for r in (r0..r1).step_by(ROWS) {
+                let rows = (r1 - r).min(ROWS);
+                prefetch(w.data, r * w_row + PREFETCH_BYTES, rows * w_row);
+                let block = &w.data[r * w_row..][..rows * w_row];
+                // SAFETY: this task alone writes elements r0..r1 of this output.
+                let out = unsafe { std::slice::from_raw_parts_mut(outs[ji].ptr().add(r), rows) };
                 // SAFETY: the tier has AVX-512; `acts` holds one row of k.
-                let dot = unsafe { (kernels[ji])(k, row, &acts.q, &acts.d, &acts.sum32) };
-                // SAFETY: this task alone writes elements r0..r0 + c of this output.
-                unsafe { *outs[ji].ptr().add(r) = dot };
+                unsafe { (kernels[ji])(k, block, &acts.q, &acts.d, &acts.sum32, out) };
             }
         });
     });

@@ -215,7 +215,7 @@ fn run_chunk(job: &Job, range: std::ops::Range<usize>, act: &[u8], a_row: usize,
 
 /// How far ahead of the weight row being multiplied its stream is requested: the hardware
 /// prefetchers alone leave decode waiting on DRAM latency.
-pub(crate) const PREFETCH_BYTES: usize = 2048;
+pub(crate) const PREFETCH_BYTES: usize = 8192;
 
 /// Asks for the cache lines of `len` bytes at `at` in `data` (nothing past its end).
 #[inline(always)]

@@ -34,10 +34,15 @@ pub fn kernel(ty: GgmlType, tier: Tier) -> Option<QKernel> {
     Some(QKernel { act, dot, tier })
 }
 
-/// `dot(w, x)` for one weight row `w` of `n` elements and activations in the GEMM's form:
-/// quants `q` with per-32 scales `d` and scaled sums `sum32`. Unsafe: the tier's instructions
-/// must exist; a row that does not hold exactly `n / 32` blocks gives NaN.
-pub type RowDot = unsafe fn(n: usize, w: &[u8], q: &[i8], d: &[f32], sum32: &[f32]) -> f32;
+/// `out[r] = dot(w_r, x)` for `out.len()` (1..=`ROWS`) consecutive weight rows `w` of `n`
+/// elements and activations in the GEMM's form: quants `q` with per-32 scales `d` and scaled
+/// sums `sum32`. Unsafe: the tier's instructions must exist; slices that do not hold exactly
+/// those rows give NaN.
+pub type RowDot =
+    unsafe fn(n: usize, w: &[u8], q: &[i8], d: &[f32], sum32: &[f32], out: &mut [f32]);
+
+/// Weight rows one `RowDot` call handles (sharing activation loads and the final reduction).
+pub const ROWS: usize = 4;
 
 /// The single-row kernel against GEMM-form activations for weights of `ty`, if this tier has
 /// one (AVX-512 only; lower tiers keep the block-format kernels).

@@ -255,13 +255,13 @@ fn bad_lengths_poison_the_output() {
 }
 
 /// Single-thread GB/s of weight bytes over a 4096 x 4096-equivalent matrix (L3-resident; set
-/// LEGACY_BENCH_ROWS=256 for an L2-resident one), one and four activation rows, every tier in
+/// LEGACY_BENCH_ROWS=256 for an L2-resident one, LEGACY_BENCH_N for other row lengths at the
+/// same size), one and four activation rows, every tier in
 /// the same run, best of 20 passes (LEGACY_BENCH_REPS):
 /// `cargo test --release -p ishizuki-cpu legacy_throughput -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn legacy_throughput() {
-    let n = 4096;
     let env = |name: &str, default: usize| {
         std::env::var(name)
             .ok()
@@ -269,11 +269,12 @@ fn legacy_throughput() {
             .unwrap_or(default)
     };
     let (n_rows, reps) = (env("LEGACY_BENCH_ROWS", 4096), env("LEGACY_BENCH_REPS", 20));
+    let n = env("LEGACY_BENCH_N", 4096);
     let mut rng = Rng(7);
     for ty in TYPES {
         let act = kernel(ty, Tier::Scalar).unwrap().act;
         let row_bytes = n / 32 * ty.type_size();
-        let w = random_weights(ty, n * n_rows, &mut rng);
+        let w = random_weights(ty, 4096 * n_rows, &mut rng);
         let xs: Vec<Vec<u8>> = (0..MAX_ROWS)
             .map(|_| random_activations(act, n, &mut rng))
             .collect();
@@ -302,9 +303,11 @@ fn legacy_throughput() {
             let mut best = f64::MAX;
             for _ in 0..reps {
                 let start = std::time::Instant::now();
-                for wr in w.chunks_exact(row_bytes) {
+                let mut out = [0f32; super::ROWS];
+                for wr in w.chunks_exact(row_bytes * super::ROWS) {
                     // SAFETY: as in `row_kernels_match_the_dequantized_dot`.
-                    std::hint::black_box(unsafe { dot(n, wr, &a.q, &a.d, &a.sum32) });
+                    unsafe { dot(n, wr, &a.q, &a.d, &a.sum32, &mut out) };
+                    std::hint::black_box(&out);
                 }
                 best = best.min(start.elapsed().as_secs_f64());
             }
@@ -333,29 +336,35 @@ fn row_kernels_match_the_dequantized_dot() {
     let mut rng = Rng(0xd0c0de);
     for (ty, gather) in TYPES.into_iter().flat_map(|t| [(t, false), (t, true)]) {
         let dot = super::x86_gemv512::row_dot(ty, gather).unwrap();
-        // whole groups of 8 blocks, odd and even tails
+        // whole groups of 8 blocks, odd and even tails; 1..=ROWS weight rows per call
         for n in [32, 64, 96, 256, 288, 576, 640] {
-            for _ in 0..20 {
-                let w = random_weights(ty, n, &mut rng);
+            for rows in 1..=super::ROWS {
+                let w = random_weights(ty, n * rows, &mut rng);
                 let a = gemm_activations(n, &mut rng);
-                let mut wf = vec![0f32; n];
+                let mut wf = vec![0f32; n * rows];
                 dequantize_row(ty, &w, &mut wf).unwrap();
-                let xf = (0..n).map(|i| a.d[i / 32] as f64 * a.q[i] as f64);
-                let terms: Vec<f64> = wf.iter().zip(xf).map(|(w, x)| *w as f64 * x).collect();
-                let want: f64 = terms.iter().sum();
-                let bound = 1e-4 * terms.iter().map(|t| t.abs()).sum::<f64>() + 1e-30;
                 let w_buf = shifted(&w, 3);
-                // SAFETY: the tier was detected; every slice holds one row of n elements.
-                let got = unsafe { dot(n, &w_buf[3..], &a.q, &a.d, &a.sum32) };
-                assert!(
-                    (got as f64 - want).abs() <= bound,
-                    "{ty} (gather {gather}) n {n}: {got} vs {want} (bound {bound})"
-                );
+                let mut got = vec![f32::NAN; rows];
+                // SAFETY: the tier was detected; w holds `rows` rows of n elements.
+                unsafe { dot(n, &w_buf[3..], &a.q, &a.d, &a.sum32, &mut got) };
+                for (r, got) in got.iter().enumerate() {
+                    let xf = (0..n).map(|i| a.d[i / 32] as f64 * a.q[i] as f64);
+                    let wr = &wf[r * n..][..n];
+                    let terms: Vec<f64> = wr.iter().zip(xf).map(|(w, x)| *w as f64 * x).collect();
+                    let want: f64 = terms.iter().sum();
+                    let bound = 1e-4 * terms.iter().map(|t| t.abs()).sum::<f64>() + 1e-30;
+                    assert!(
+                        (*got as f64 - want).abs() <= bound,
+                        "{ty} (gather {gather}) n {n} row {r}/{rows}: {got} vs {want} (bound {bound})"
+                    );
+                }
             }
         }
         let a = gemm_activations(64, &mut rng);
+        let short = random_weights(ty, 32, &mut rng);
+        let mut bad = [0f32; 1];
         // SAFETY: as above; the short weight row is reported, not read past.
-        let bad = unsafe { dot(64, &random_weights(ty, 32, &mut rng), &a.q, &a.d, &a.sum32) };
-        assert!(bad.is_nan(), "{ty}: a short row gives NaN");
+        unsafe { dot(64, &short, &a.q, &a.d, &a.sum32, &mut bad) };
+        assert!(bad[0].is_nan(), "{ty}: a short row gives NaN");
     }
 }

@@ -12,16 +12,16 @@ pub(super) const GROUP: usize = 8;
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 pub(super) unsafe fn heads_vector(p: *const u8, stride: usize, count: usize) -> __m256i {
-    let head = |k: usize| p.add(k * stride).cast::<i32>().read_unaligned();
-    if count == GROUP {
-        let (h0, h1, h2, h3) = (head(0), head(1), head(2), head(3));
-        return _mm256_setr_epi32(h0, h1, h2, h3, head(4), head(5), head(6), head(7));
-    }
-    let mut heads = [0i32; GROUP];
-    for (k, h) in heads.iter_mut().enumerate().take(count) {
-        *h = head(k);
-    }
-    _mm256_loadu_si256(heads.as_ptr().cast())
+    // lanes built in registers: a stack array read back as a vector stalls on store forwarding
+    let head = |k: usize| {
+        if k < count {
+            p.add(k * stride).cast::<i32>().read_unaligned()
+        } else {
+            0
+        }
+    };
+    let (h0, h1, h2, h3) = (head(0), head(1), head(2), head(3));
+    _mm256_setr_epi32(h0, h1, h2, h3, head(4), head(5), head(6), head(7))
 }
 
 /// Makes the compiler treat `*p` as read and written elsewhere, so values stored there are

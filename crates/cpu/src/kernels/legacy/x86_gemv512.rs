@@ -3,8 +3,8 @@
 //! 512-bit vector: weights unpack to u8 (signed types carry an offset), one `vpdpbusd` per pair,
 //! and the pair's two scales come from one permute of the group's scale products. Offsets and
 //! mins go through the activation sums once per group of 8 blocks.
-use super::x86::{f16_halves, heads_vector, hsum, GROUP};
-use super::{RowDot, QK};
+use super::x86::{f16_halves, heads_vector, GROUP};
+use super::{RowDot, QK, ROWS};
 use std::arch::x86_64::*;
 
 /// The kernel for `ty`; `gather` picks hardware gathers for the block scales (fast unless the
@@ -36,12 +36,16 @@ pub(super) fn row_dot(ty: ishizuki_core::GgmlType, gather: bool) -> Option<RowDo
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
 #[inline]
 unsafe fn block_heads<const GATHER: bool>(p: *const u8, stride: i32, count: usize) -> __m256i {
-    if GATHER && count == GROUP {
-        let offsets = _mm256_mullo_epi32(
-            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-            _mm256_set1_epi32(stride),
-        );
-        return _mm256_i32gather_epi32::<1>(p.cast(), offsets);
+    if GATHER {
+        let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let offsets = _mm256_mullo_epi32(lanes, _mm256_set1_epi32(stride));
+        if count == GROUP {
+            return _mm256_i32gather_epi32::<1>(p.cast(), offsets);
+        }
+        // lanes past `count` are neither loaded nor nonzero
+        let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(count as i32), lanes);
+        let zero = _mm256_setzero_si256();
+        return _mm256_mask_i32gather_epi32::<1>(zero, p.cast(), offsets, mask);
     }
     heads_vector(p, stride as usize, count)
 }
@@ -136,70 +140,117 @@ unsafe fn unpack_iq4_nl(a: *const u8, b: *const u8) -> __m512i {
 }
 
 /// Defines one `RowDot`: `$wb` bytes per weight block, `$min` whether the block's second f16
-/// is a min (else the weights carry offset `$off`, whose term is `-off * d * sum`).
+/// is a min (else the weights carry offset `$off`, whose term is `-off * d * sum`). Up to
+/// `ROWS` weight rows share each activation load and one final reduction.
 macro_rules! row_kernel {
     ($entry:ident, weight_bytes: $wb:literal, min: $min:literal, off: $off:literal, unpack: $unpack:ident) => {
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
         unsafe fn $entry<const GATHER: bool>(
             n: usize,
             w: &[u8],
             q: &[i8],
             d: &[f32],
             sum32: &[f32],
-        ) -> f32 {
-            let nb = n / QK;
+            out: &mut [f32],
+        ) {
+            let (nb, n_rows) = (n / QK, out.len());
             if !n.is_multiple_of(QK)
-                || w.len() != nb * $wb
+                || !(1..=ROWS).contains(&n_rows)
+                || w.len() != n_rows * nb * $wb
                 || q.len() != n
                 || d.len() != nb
                 || sum32.len() != nb
             {
-                return f32::NAN;
+                return out.fill(f32::NAN);
             }
-            let (w, q) = (w.as_ptr(), q.as_ptr());
-            let idx: [__m512i; GROUP / 2] = std::array::from_fn(|p| {
-                let p = 2 * p as i32;
-                _mm512_inserti64x4::<1>(_mm512_set1_epi32(p), _mm256_set1_epi32(p + 1))
-            });
-            let mut acc = [_mm512_setzero_ps(); 2];
-            let mut acc_min = _mm256_setzero_ps();
-            let mut g = 0;
-            while g < nb {
-                let count = (nb - g).min(GROUP);
-                let lanes: __mmask8 = if count == GROUP {
-                    !0
-                } else {
-                    (1u8 << count) - 1
-                };
-                let wg = w.add(g * $wb);
-                let (dw, mw) = f16_halves(block_heads::<GATHER>(wg, $wb, count));
-                let dx = _mm256_maskz_loadu_ps(lanes, d.as_ptr().add(g));
-                let sx = _mm256_maskz_loadu_ps(lanes, sum32.as_ptr().add(g));
-                let mw = if $min {
-                    mw
-                } else {
-                    _mm256_mul_ps(dw, _mm256_set1_ps(-$off))
-                };
-                acc_min = _mm256_fmadd_ps(mw, sx, acc_min);
-                let prod = _mm512_castps256_ps512(_mm256_mul_ps(dw, dx));
-                for p in 0..count.div_ceil(2) {
-                    let (k0, k1) = (2 * p, (2 * p + 1).min(count - 1));
-                    let wv = $unpack(wg.add(k0 * $wb), wg.add(k1 * $wb));
-                    let bytes: __mmask64 = if 2 * p + 1 < count {
+
+            #[target_feature(
+                enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"
+            )]
+            unsafe fn rows<const R: usize, const GATHER: bool>(
+                nb: usize,
+                w: *const u8,
+                q: *const i8,
+                d: *const f32,
+                sum32: *const f32,
+            ) -> __m128 {
+                let row_bytes = nb * $wb;
+                let idx: [__m512i; GROUP / 2] = std::array::from_fn(|p| {
+                    let p = 2 * p as i32;
+                    _mm512_inserti64x4::<1>(_mm512_set1_epi32(p), _mm256_set1_epi32(p + 1))
+                });
+                let mut acc = [_mm512_setzero_ps(); R];
+                let mut acc_min = [_mm256_setzero_ps(); R];
+                let mut g = 0;
+                while g < nb {
+                    let count = (nb - g).min(GROUP);
+                    let lanes: __mmask8 = if count == GROUP {
                         !0
                     } else {
-                        (1u64 << 32) - 1
+                        (1u8 << count) - 1
                     };
-                    let xv = _mm512_maskz_loadu_epi8(bytes, q.add((g + k0) * QK).cast());
-                    let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xv);
-                    let scale = _mm512_permutexvar_ps(idx[p], prod);
-                    acc[p % 2] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[p % 2]);
+                    let dx = _mm256_maskz_loadu_ps(lanes, d.add(g));
+                    let sx = _mm256_maskz_loadu_ps(lanes, sum32.add(g));
+                    let mut prod = [_mm512_setzero_ps(); R];
+                    for r in 0..R {
+                        let wg = w.add(r * row_bytes + g * $wb);
+                        let (dw, mw) = f16_halves(block_heads::<GATHER>(wg, $wb, count));
+                        let mw = if $min {
+                            mw
+                        } else {
+                            _mm256_mul_ps(dw, _mm256_set1_ps(-$off))
+                        };
+                        acc_min[r] = _mm256_fmadd_ps(mw, sx, acc_min[r]);
+                        prod[r] = _mm512_castps256_ps512(_mm256_mul_ps(dw, dx));
+                    }
+                    for p in 0..count.div_ceil(2) {
+                        let (k0, k1) = (2 * p, (2 * p + 1).min(count - 1));
+                        let bytes: __mmask64 = if 2 * p + 1 < count {
+                            !0
+                        } else {
+                            (1u64 << 32) - 1
+                        };
+                        let xv = _mm512_maskz_loadu_epi8(bytes, q.add((g + k0) * QK).cast());
+                        for r in 0..R {
+                            let wg = w.add(r * row_bytes + g * $wb);
+                            let wv = $unpack(wg.add(k0 * $wb), wg.add(k1 * $wb));
+                            let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xv);
+                            let scale = _mm512_permutexvar_ps(idx[p], prod[r]);
+                            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r]);
+                        }
+                    }
+                    g += GROUP;
                 }
-                g += GROUP;
+                let folded: [__m256; R] = std::array::from_fn(|r| {
+                    let a = acc[r];
+                    let halves = _mm256_add_ps(
+                        _mm512_castps512_ps256(a),
+                        _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a))),
+                    );
+                    _mm256_add_ps(halves, acc_min[r])
+                });
+                sum_lanes4(std::array::from_fn(|r| folded[r.min(R - 1)]))
             }
-            _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1])) + hsum(acc_min)
+
+            let (w, q, d, s) = (w.as_ptr(), q.as_ptr(), d.as_ptr(), sum32.as_ptr());
+            let mut sums = [0f32; ROWS];
+            let v = match n_rows {
+                1 => rows::<1, GATHER>(nb, w, q, d, s),
+                2 => rows::<2, GATHER>(nb, w, q, d, s),
+                3 => rows::<3, GATHER>(nb, w, q, d, s),
+                _ => rows::<4, GATHER>(nb, w, q, d, s),
+            };
+            _mm_storeu_ps(sums.as_mut_ptr(), v);
+            out.copy_from_slice(&sums[..n_rows]);
         }
     };
+}
+
+/// The lane sums of four vectors as one: `[sum(v0), sum(v1), sum(v2), sum(v3)]`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn sum_lanes4(v: [__m256; 4]) -> __m128 {
+    let s = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+    _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s))
 }
 
 row_kernel!(q4_0, weight_bytes: 18, min: false, off: 8.0, unpack: unpack_q4_0);
