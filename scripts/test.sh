@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: lints, the whole workspace's tests (real models fetched on first use into a
-# cache outside the clone), and the decoder again with the scalar CPU tier forced.
+# cache outside the clone), and the kernels and decoder again with the scalar and AVX2 CPU tiers
+# forced.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -27,4 +28,6 @@ step "tests"
 cargo test --workspace --locked
 step "tests with the scalar CPU tier forced"
 ISHIZUKI_CPU_TIER=scalar cargo test --locked -p ishizuki-cpu -p ishizuki-models
+step "tests with the AVX2 CPU tier forced"
+ISHIZUKI_CPU_TIER=avx2 cargo test --locked -p ishizuki-cpu -p ishizuki-models
 step "done"

@@ -60,16 +60,6 @@ pub fn tier() -> Tier {
     })
 }
 
-/// Whether hardware gathers run at full speed: not on CPUs whose kernel mitigates gather data
-/// sampling (Downfall) in microcode, which makes every gather several times slower.
-pub fn gathers_are_fast() -> bool {
-    static FAST: OnceLock<bool> = OnceLock::new();
-    *FAST.get_or_init(|| {
-        let path = "/sys/devices/system/cpu/vulnerabilities/gather_data_sampling";
-        std::fs::read_to_string(path).map_or(true, |s| !s.contains("Mitigation"))
-    })
-}
-
 /// Every tier this CPU can run, for tests that compare each against the scalar reference.
 pub fn available_tiers() -> Vec<Tier> {
     [Tier::Scalar, Tier::Avx2, Tier::Avx512]

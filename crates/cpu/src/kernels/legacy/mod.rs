@@ -49,7 +49,7 @@ pub const ROWS: usize = 4;
 pub fn row_dot(ty: GgmlType, tier: Tier) -> Option<RowDot> {
     #[cfg(target_arch = "x86_64")]
     if tier >= Tier::Avx512 {
-        return x86_gemv512::row_dot(ty, crate::simd::gathers_are_fast());
+        return x86_gemv512::row_dot(ty);
     }
     let _ = (ty, tier);
     None

@@ -7,47 +7,17 @@ use super::x86::{f16_halves, heads_vector, GROUP};
 use super::{RowDot, QK, ROWS};
 use std::arch::x86_64::*;
 
-/// The kernel for `ty`; `gather` picks hardware gathers for the block scales (fast unless the
-/// CPU's gather data sampling mitigation is on) over scalar loads and inserts.
-pub(super) fn row_dot(ty: ishizuki_core::GgmlType, gather: bool) -> Option<RowDot> {
+pub(super) fn row_dot(ty: ishizuki_core::GgmlType) -> Option<RowDot> {
     use ishizuki_core::GgmlType::*;
-    macro_rules! pick {
-        ($k:ident) => {
-            if gather {
-                $k::<true>
-            } else {
-                $k::<false>
-            }
-        };
-    }
     Some(match ty {
-        Q4_0 => pick!(q4_0),
-        Q4_1 => pick!(q4_1),
-        Q5_0 => pick!(q5_0),
-        Q5_1 => pick!(q5_1),
-        Q8_0 => pick!(q8_0),
-        IQ4_NL => pick!(iq4_nl),
+        Q4_0 => q4_0,
+        Q4_1 => q4_1,
+        Q5_0 => q5_0,
+        Q5_1 => q5_1,
+        Q8_0 => q8_0,
+        IQ4_NL => iq4_nl,
         _ => return None,
     })
-}
-
-/// The f16 pairs at the start of `count` <= GROUP blocks of `stride` bytes at `p`, one block per
-/// dword lane (lanes past `count` zero).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-#[inline]
-unsafe fn block_heads<const GATHER: bool>(p: *const u8, stride: i32, count: usize) -> __m256i {
-    if GATHER {
-        let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        let offsets = _mm256_mullo_epi32(lanes, _mm256_set1_epi32(stride));
-        if count == GROUP {
-            return _mm256_i32gather_epi32::<1>(p.cast(), offsets);
-        }
-        // lanes past `count` are neither loaded nor nonzero
-        let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(count as i32), lanes);
-        let zero = _mm256_setzero_si256();
-        return _mm256_mask_i32gather_epi32::<1>(zero, p.cast(), offsets, mask);
-    }
-    heads_vector(p, stride as usize, count)
 }
 
 /// 32 bytes: the 16 at `a` then the 16 at `b`, as low and high nibbles per block:
@@ -144,14 +114,7 @@ unsafe fn unpack_iq4_nl(a: *const u8, b: *const u8) -> __m512i {
 /// `ROWS` weight rows share each activation load and one final reduction.
 macro_rules! row_kernel {
     ($entry:ident, weight_bytes: $wb:literal, min: $min:literal, off: $off:literal, unpack: $unpack:ident) => {
-        unsafe fn $entry<const GATHER: bool>(
-            n: usize,
-            w: &[u8],
-            q: &[i8],
-            d: &[f32],
-            sum32: &[f32],
-            out: &mut [f32],
-        ) {
+        unsafe fn $entry(n: usize, w: &[u8], q: &[i8], d: &[f32], sum32: &[f32], out: &mut [f32]) {
             let (nb, n_rows) = (n / QK, out.len());
             if !n.is_multiple_of(QK)
                 || !(1..=ROWS).contains(&n_rows)
@@ -166,7 +129,7 @@ macro_rules! row_kernel {
             #[target_feature(
                 enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"
             )]
-            unsafe fn rows<const R: usize, const GATHER: bool>(
+            unsafe fn rows<const R: usize>(
                 nb: usize,
                 w: *const u8,
                 q: *const i8,
@@ -193,7 +156,7 @@ macro_rules! row_kernel {
                     let mut prod = [_mm512_setzero_ps(); R];
                     for r in 0..R {
                         let wg = w.add(r * row_bytes + g * $wb);
-                        let (dw, mw) = f16_halves(block_heads::<GATHER>(wg, $wb, count));
+                        let (dw, mw) = f16_halves(heads_vector(wg, $wb, count));
                         let mw = if $min {
                             mw
                         } else {
@@ -234,10 +197,10 @@ macro_rules! row_kernel {
             let (w, q, d, s) = (w.as_ptr(), q.as_ptr(), d.as_ptr(), sum32.as_ptr());
             let mut sums = [0f32; ROWS];
             let v = match n_rows {
-                1 => rows::<1, GATHER>(nb, w, q, d, s),
-                2 => rows::<2, GATHER>(nb, w, q, d, s),
-                3 => rows::<3, GATHER>(nb, w, q, d, s),
-                _ => rows::<4, GATHER>(nb, w, q, d, s),
+                1 => rows::<1>(nb, w, q, d, s),
+                2 => rows::<2>(nb, w, q, d, s),
+                3 => rows::<3>(nb, w, q, d, s),
+                _ => rows::<4>(nb, w, q, d, s),
             };
             _mm_storeu_ps(sums.as_mut_ptr(), v);
             out.copy_from_slice(&sums[..n_rows]);
