@@ -8,6 +8,8 @@ pub mod membw;
 pub mod ops;
 pub mod pool;
 pub mod simd;
+#[cfg(test)]
+mod test_rng;
 pub mod vmath;
 
 use half::f16;

@@ -3,6 +3,7 @@
 use super::kernel;
 use crate::kernels::MAX_ROWS;
 use crate::simd::{available_tiers, detected_tier, Tier};
+use crate::test_rng::Rng;
 use ishizuki_core::quant::{dequantize_row, f32_to_f16, quantize_row, QK_K};
 use ishizuki_core::GgmlType;
 
@@ -14,23 +15,6 @@ const TYPES: &[GgmlType] = &[
     GgmlType::Q2_K,
     GgmlType::IQ4_XS,
 ];
-
-/// xorshift64*: deterministic test data without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// Uniform in [-1, 1).
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-}
 
 /// Byte offsets of the f16 scale fields inside one block of `ty`.
 fn f16_fields(ty: GgmlType) -> &'static [usize] {

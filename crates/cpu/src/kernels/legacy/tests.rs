@@ -1,27 +1,11 @@
 use super::kernel;
 use crate::kernels::MAX_ROWS;
 use crate::simd::{available_tiers, detected_tier, Tier};
+use crate::test_rng::Rng;
 use ishizuki_core::quant::{dequantize_row, f16_to_f32, f32_to_f16, quantize_row};
 use ishizuki_core::GgmlType::{self, *};
 
 const TYPES: [GgmlType; 6] = [Q4_1, Q8_0, Q5_0, Q4_0, Q5_1, IQ4_NL];
-
-/// xorshift64*: deterministic test data without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// Uniform in [-1, 1).
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-}
 
 fn has_min(ty: GgmlType) -> bool {
     matches!(ty, Q4_1 | Q5_1)
