@@ -12,6 +12,11 @@ pub(super) const GROUP: usize = 8;
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 pub(super) unsafe fn heads_vector(p: *const u8, stride: usize, count: usize) -> __m256i {
+    let at = |k: usize| p.add(k * stride).cast::<i32>().read_unaligned();
+    if count == GROUP {
+        let (h0, h1, h2, h3) = (at(0), at(1), at(2), at(3));
+        return _mm256_setr_epi32(h0, h1, h2, h3, at(4), at(5), at(6), at(7));
+    }
     // lanes built in registers: a stack array read back as a vector stalls on store forwarding
     let head = |k: usize| {
         if k < count {

@@ -144,44 +144,34 @@ macro_rules! row_kernel {
                 let mut acc = [_mm512_setzero_ps(); R];
                 let mut acc_min = [_mm256_setzero_ps(); R];
                 let mut g = 0;
-                while g < nb {
-                    let count = (nb - g).min(GROUP);
-                    let lanes: __mmask8 = if count == GROUP {
-                        !0
-                    } else {
-                        (1u8 << count) - 1
-                    };
-                    let dx = _mm256_maskz_loadu_ps(lanes, d.add(g));
-                    let sx = _mm256_maskz_loadu_ps(lanes, sum32.add(g));
-                    let mut prod = [_mm512_setzero_ps(); R];
-                    for r in 0..R {
-                        let wg = w.add(r * row_bytes + g * $wb);
-                        let (dw, mw) = f16_halves(heads_vector(wg, $wb, count));
-                        let mw = if $min {
-                            mw
-                        } else {
-                            _mm256_mul_ps(dw, _mm256_set1_ps(-$off))
-                        };
-                        acc_min[r] = _mm256_fmadd_ps(mw, sx, acc_min[r]);
-                        prod[r] = _mm512_castps256_ps512(_mm256_mul_ps(dw, dx));
-                    }
-                    for p in 0..count.div_ceil(2) {
-                        let (k0, k1) = (2 * p, (2 * p + 1).min(count - 1));
-                        let bytes: __mmask64 = if 2 * p + 1 < count {
-                            !0
-                        } else {
-                            (1u64 << 32) - 1
-                        };
-                        let xv = _mm512_maskz_loadu_epi8(bytes, q.add((g + k0) * QK).cast());
-                        for r in 0..R {
-                            let wg = w.add(r * row_bytes + g * $wb);
-                            let wv = $unpack(wg.add(k0 * $wb), wg.add(k1 * $wb));
-                            let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xv);
-                            let scale = _mm512_permutexvar_ps(idx[p], prod[r]);
-                            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r]);
-                        }
-                    }
+                while g + GROUP <= nb {
+                    group::<R, true>(
+                        GROUP,
+                        g,
+                        row_bytes,
+                        w,
+                        q,
+                        d,
+                        sum32,
+                        &idx,
+                        &mut acc,
+                        &mut acc_min,
+                    );
                     g += GROUP;
+                }
+                if g < nb {
+                    group::<R, false>(
+                        nb - g,
+                        g,
+                        row_bytes,
+                        w,
+                        q,
+                        d,
+                        sum32,
+                        &idx,
+                        &mut acc,
+                        &mut acc_min,
+                    );
                 }
                 let folded: [__m256; R] = std::array::from_fn(|r| {
                     let a = acc[r];
@@ -192,6 +182,59 @@ macro_rules! row_kernel {
                     _mm256_add_ps(halves, acc_min[r])
                 });
                 sum_lanes4(std::array::from_fn(|r| folded[r.min(R - 1)]))
+            }
+
+            /// Blocks `g..g + count` of R rows; `FULL` (count == GROUP) makes every mask and
+            /// trip count a constant.
+            #[target_feature(
+                enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"
+            )]
+            #[inline]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn group<const R: usize, const FULL: bool>(
+                count: usize,
+                g: usize,
+                row_bytes: usize,
+                w: *const u8,
+                q: *const i8,
+                d: *const f32,
+                sum32: *const f32,
+                idx: &[__m512i; GROUP / 2],
+                acc: &mut [__m512; R],
+                acc_min: &mut [__m256; R],
+            ) {
+                let count = if FULL { GROUP } else { count };
+                let lanes: __mmask8 = if FULL { !0 } else { (1u8 << count) - 1 };
+                let dx = _mm256_maskz_loadu_ps(lanes, d.add(g));
+                let sx = _mm256_maskz_loadu_ps(lanes, sum32.add(g));
+                let mut prod = [_mm512_setzero_ps(); R];
+                for r in 0..R {
+                    let wg = w.add(r * row_bytes + g * $wb);
+                    let (dw, mw) = f16_halves(heads_vector(wg, $wb, count));
+                    let mw = if $min {
+                        mw
+                    } else {
+                        _mm256_mul_ps(dw, _mm256_set1_ps(-$off))
+                    };
+                    acc_min[r] = _mm256_fmadd_ps(mw, sx, acc_min[r]);
+                    prod[r] = _mm512_castps256_ps512(_mm256_mul_ps(dw, dx));
+                }
+                for p in 0..count.div_ceil(2) {
+                    let (k0, k1) = (2 * p, (2 * p + 1).min(count - 1));
+                    let bytes: __mmask64 = if FULL || 2 * p + 1 < count {
+                        !0
+                    } else {
+                        (1u64 << 32) - 1
+                    };
+                    let xv = _mm512_maskz_loadu_epi8(bytes, q.add((g + k0) * QK).cast());
+                    for r in 0..R {
+                        let wg = w.add(r * row_bytes + g * $wb);
+                        let wv = $unpack(wg.add(k0 * $wb), wg.add(k1 * $wb));
+                        let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xv);
+                        let scale = _mm512_permutexvar_ps(idx[p], prod[r]);
+                        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r]);
+                    }
+                }
             }
 
             let (w, q, d, s) = (w.as_ptr(), q.as_ptr(), d.as_ptr(), sum32.as_ptr());
