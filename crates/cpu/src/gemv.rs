@@ -3,7 +3,7 @@
 //! contiguous range of weight rows through the two-blocks-per-vector row kernels.
 use crate::gemm::Acts;
 use crate::kernels::legacy::{row_dot, RowDot, ROWS};
-use crate::matmul::{chunk_rows, prefetch, PREFETCH_BYTES};
+use crate::matmul::{prefetch, RowTasks, PREFETCH_BYTES};
 use crate::pool::{SharedMut, ThreadPool};
 use crate::simd::tier;
 use ishizuki_core::WeightView;
@@ -30,28 +30,20 @@ pub fn gemv(pool: &ThreadPool, ws: &[WeightView], x: &[f32], outs: &mut [&mut [f
         .map(|w| row_dot(w.ty, tier()).expect("applies"))
         .collect();
     let outs: Vec<SharedMut<f32>> = outs.iter_mut().map(|o| SharedMut(o.as_mut_ptr())).collect();
-    let chunks: Vec<usize> = ws
-        .iter()
-        .map(|w| chunk_rows(w.n_out, 1, pool.n_threads()))
-        .collect();
-    let mut first_task = vec![0];
-    for (w, c) in ws.iter().zip(&chunks) {
-        first_task.push(first_task.last().unwrap() + w.n_out.div_ceil(*c));
-    }
+    let tasks = RowTasks::new(ws.iter().map(|w| w.n_out), 1, pool.n_threads());
     ACTS.with_borrow_mut(|acts| {
         acts.quantize(pool, x, 1, k);
         let acts: &Acts = acts;
-        pool.run(*first_task.last().unwrap(), &|task| {
-            let ji = first_task.partition_point(|&f| f <= task) - 1;
-            let (w, c) = (&ws[ji], chunks[ji]);
+        pool.run(tasks.len(), &|task| {
+            let (ji, range) = tasks.get(task);
+            let w = &ws[ji];
             let w_row = w.data.len() / w.n_out;
-            let r0 = (task - first_task[ji]) * c;
-            let r1 = (r0 + c).min(w.n_out);
-            for r in (r0..r1).step_by(ROWS) {
+            let r1 = range.end;
+            for r in range.step_by(ROWS) {
                 let rows = (r1 - r).min(ROWS);
                 prefetch(w.data, r * w_row + PREFETCH_BYTES, rows * w_row);
                 let block = &w.data[r * w_row..][..rows * w_row];
-                // SAFETY: this task alone writes elements r0..r1 of this output.
+                // SAFETY: this task alone writes these elements of this output.
                 let out = unsafe { std::slice::from_raw_parts_mut(outs[ji].ptr().add(r), rows) };
                 // SAFETY: the tier has AVX-512; `acts` holds one row of k.
                 unsafe { (kernels[ji])(k, block, &acts.q, &acts.d, &acts.sum32, out) };

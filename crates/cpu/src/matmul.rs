@@ -147,34 +147,61 @@ fn matmul_quantized(
         .row_bytes(n_in as u64)
         .ok_or_else(|| Error::Shape(format!("{n_in} elements are not whole {act_ty} blocks")))?
         as usize;
-    // Task t belongs to the job whose chunk range holds it.
-    let chunks: Vec<usize> = jobs
-        .iter()
-        .map(|j| chunk_rows(j.w.n_out, rows, pool.n_threads()))
-        .collect();
-    let mut first_task = Vec::with_capacity(jobs.len() + 1);
-    first_task.push(0);
-    for (j, chunk) in jobs.iter().zip(&chunks) {
-        first_task.push(first_task.last().unwrap() + j.w.n_out.div_ceil(*chunk));
-    }
+    let tasks = RowTasks::new(jobs.iter().map(|j| j.w.n_out), rows, pool.n_threads());
     ACTIVATIONS.with_borrow_mut(|act| -> Result<()> {
         act.resize(rows * a_row, 0);
         quantize_rows(pool, act_ty, x, rows, n_in, a_row, act)?;
         let act: &[u8] = act;
-        pool.run(*first_task.last().unwrap(), &|task| {
-            let ji = first_task.partition_point(|&f| f <= task) - 1;
-            let job = &jobs[ji];
-            let c = chunks[ji];
-            let r0 = (task - first_task[ji]) * c;
-            run_chunk(job, r0..(r0 + c).min(job.w.n_out), act, a_row, rows);
+        pool.run(tasks.len(), &|task| {
+            let (ji, range) = tasks.get(task);
+            run_chunk(&jobs[ji], range, act, a_row, rows);
         });
         Ok(())
     })
 }
 
+/// Several weights' output rows split into tasks of `chunk_rows` rows: task t covers one
+/// weight's rows, the weights' tasks in order.
+pub(crate) struct RowTasks {
+    n_outs: Vec<usize>,
+    chunks: Vec<usize>,
+    /// Index of each weight's first task, then the total.
+    first: Vec<usize>,
+}
+
+impl RowTasks {
+    pub(crate) fn new(n_outs: impl Iterator<Item = usize>, rows: usize, n_threads: usize) -> Self {
+        let n_outs: Vec<usize> = n_outs.collect();
+        let chunks: Vec<usize> = n_outs
+            .iter()
+            .map(|&n| chunk_rows(n, rows, n_threads))
+            .collect();
+        let mut first = vec![0];
+        for (n, c) in n_outs.iter().zip(&chunks) {
+            first.push(first.last().unwrap() + n.div_ceil(*c));
+        }
+        RowTasks {
+            n_outs,
+            chunks,
+            first,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        *self.first.last().unwrap()
+    }
+
+    /// The weight task `task` belongs to and its rows.
+    pub(crate) fn get(&self, task: usize) -> (usize, std::ops::Range<usize>) {
+        let ji = self.first.partition_point(|&f| f <= task) - 1;
+        let r0 = (task - self.first[ji]) * self.chunks[ji];
+        (ji, r0..(r0 + self.chunks[ji]).min(self.n_outs[ji]))
+    }
+}
+
 /// Weight rows per task: long ranges when the weights are streamed for a few activation rows,
 /// `CHUNK` otherwise (each weight row is then reused by many activation rows).
-pub(crate) fn chunk_rows(n_out: usize, rows: usize, n_threads: usize) -> usize {
+fn chunk_rows(n_out: usize, rows: usize, n_threads: usize) -> usize {
     if rows > MAX_ROWS || n_threads == 1 {
         return CHUNK;
     }
