@@ -27,6 +27,17 @@ pub struct BlockIQ4XS {
     pub qs: [u8; 128],
 }
 
+impl BlockIQ4XS {
+    /// Signed scale of 32-element sub-block `ib` (0..8): 4 low bits from `scales_l`, 2 high bits
+    /// from `scales_h`, offset 32.
+    #[inline(always)]
+    pub fn scale(&self, ib: usize) -> i32 {
+        let low = (self.scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f;
+        let high = ((u16::from_le_bytes(self.scales_h) >> (2 * ib)) & 3) as u8;
+        (low | (high << 4)) as i32 - 32
+    }
+}
+
 const _: () = {
     use std::mem::size_of;
     assert!(size_of::<BlockIQ4NL>() == GgmlType::IQ4_NL.type_size());
@@ -57,16 +68,12 @@ pub(super) fn dequantize_iq4_nl(src: &[u8], dst: &mut [f32]) {
 pub(super) fn dequantize_iq4_xs(src: &[u8], dst: &mut [f32]) {
     dequantize_blocks(src, dst, |b: &BlockIQ4XS, y: &mut [f32; 256]| {
         let d = f16_to_f32(b.d);
-        let scales_h = u16::from_le_bytes(b.scales_h);
         for (ib, (out, qs)) in y
             .chunks_exact_mut(32)
             .zip(b.qs.chunks_exact(16))
             .enumerate()
         {
-            let low = (b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f;
-            let high = ((scales_h >> (2 * ib)) & 3) as u8;
-            let dl = d * ((low | (high << 4)) as i32 - 32) as f32;
-            dequantize_group(dl, qs, out);
+            dequantize_group(d * b.scale(ib) as f32, qs, out);
         }
     });
 }

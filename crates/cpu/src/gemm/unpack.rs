@@ -148,15 +148,12 @@ fn nl_levels(qs: &[u8], q: &mut [u8]) {
 
 fn iq4_xs(b: &BlockIQ4XS, q: &mut [u8], scale: &mut [f32], min: &mut [f32]) {
     let d = f16_to_f32(b.d);
-    let scales_h = u16::from_le_bytes(b.scales_h);
     for (ib, (q, qs)) in q
         .chunks_exact_mut(32)
         .zip(b.qs.chunks_exact(16))
         .enumerate()
     {
-        let low = (b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f;
-        let high = ((scales_h >> (2 * ib)) & 3) as u8;
-        let dl = d * ((low | (high << 4)) as i32 - 32) as f32;
+        let dl = d * b.scale(ib) as f32;
         nl_levels(qs, q);
         (scale[ib], min[ib]) = (dl, -128.0 * dl);
     }

@@ -47,12 +47,7 @@ fn rows_scalar<const R: usize>(w: &[BlockIQ4XS], ys: [&[BlockQ8K]; R], out: &mut
                 *h = KVALUES_IQ4NL[(q >> 4) as usize];
             }
         }
-        let scales_h = u16::from_le_bytes(b.scales_h);
-        let scales: [i32; 8] = std::array::from_fn(|ib| {
-            let low = (b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f;
-            let high = ((scales_h >> (2 * ib)) & 3) as u8;
-            (low | (high << 4)) as i32 - 32
-        });
+        let scales: [i32; 8] = std::array::from_fn(|ib| b.scale(ib));
         let d = f16_to_f32(b.d);
         for (sum, y) in sums.iter_mut().zip(ys) {
             let y = &y[i];
