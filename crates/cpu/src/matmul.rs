@@ -222,7 +222,10 @@ fn run_chunk(job: &Job, range: std::ops::Range<usize>, act: &[u8], a_row: usize,
         let xs: [&[u8]; MAX_ROWS] =
             std::array::from_fn(|j| &act[(i0 + j.min(g - 1)) * a_row..][..a_row]);
         for r in r0..r1 {
-            prefetch(w.data, r * w_row + PREFETCH_BYTES, w_row);
+            if i0 == 0 {
+                // later groups of activation rows find these rows already cached
+                prefetch(w.data, r * w_row + PREFETCH_BYTES, w_row);
+            }
             // SAFETY: the table hands out kernels this CPU supports; slices hold whole rows.
             unsafe {
                 (k.dot)(
