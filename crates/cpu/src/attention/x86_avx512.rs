@@ -7,6 +7,23 @@ use std::arch::x86_64::*;
 /// Largest group handled here; larger groups take the portable path.
 pub(super) const MAX_GROUP: usize = 8;
 
+/// Calls `$f::<G>(args)` for the group size `$g` (1..=MAX_GROUP, checked by `fits`).
+macro_rules! by_group {
+    ($g:expr, $f:ident($($arg:expr),*)) => {
+        match $g {
+            1 => $f::<1>($($arg),*),
+            2 => $f::<2>($($arg),*),
+            3 => $f::<3>($($arg),*),
+            4 => $f::<4>($($arg),*),
+            5 => $f::<5>($($arg),*),
+            6 => $f::<6>($($arg),*),
+            7 => $f::<7>($($arg),*),
+            8 => $f::<8>($($arg),*),
+            _ => unreachable!("checked by fits"),
+        }
+    };
+}
+
 /// Whether these passes take a head of `hd` dimensions and `group` query heads.
 pub(super) fn fits(hd: usize, group: usize) -> bool {
     hd.is_multiple_of(32) && (1..=MAX_GROUP).contains(&group)
@@ -22,15 +39,7 @@ pub(super) unsafe fn scores(
     j1: usize,
     out: &mut [f32],
 ) {
-    macro_rules! go {
-        ($($g:literal)*) => {
-            match qs.len() / hd {
-                $($g => scores_g::<$g>(qs, k, hd, j0, j1, out),)*
-                _ => unreachable!("checked by fits"),
-            }
-        };
-    }
-    go!(1 2 3 4 5 6 7 8)
+    by_group!(qs.len() / hd, scores_g(qs, k, hd, j0, j1, out))
 }
 
 /// `acc[g * hd + d] = sum_jj p[g * n + jj] * v_{j0 + jj}[d]`.
@@ -43,15 +52,7 @@ pub(super) unsafe fn values(
     j1: usize,
     acc: &mut [f32],
 ) {
-    macro_rules! go {
-        ($($g:literal)*) => {
-            match acc.len() / hd {
-                $($g => values_g::<$g>(p, v, hd, j0, j1, acc),)*
-                _ => unreachable!("checked by fits"),
-            }
-        };
-    }
-    go!(1 2 3 4 5 6 7 8)
+    by_group!(acc.len() / hd, values_g(p, v, hd, j0, j1, acc))
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,f16c,avx2,fma")]
