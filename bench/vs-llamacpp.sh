@@ -3,6 +3,8 @@
 # PyPI if missing (cached outside the repo), then alternates `ishizuki bench` and `llama-bench` with
 # the same threads and p/n/d and prints the median ratios.
 #   bench/vs-llamacpp.sh MODEL [-t THREADS] [-p 512] [-n 128] [-d 0,2048] [-r 5] [--rounds 5]
+# ISHIZUKI_BIN names a prebuilt ishizuki (else cargo builds it); an sdist already in the cache is
+# used as it is (offline machines).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${ISHIZUKI_BENCH_CACHE:-$HOME/.cache/ishizuki-bench}
@@ -17,7 +19,8 @@ on_off() { if has_flag "$1"; then echo ON; else echo OFF; fi; }
 build_llama_cpp() {
     mkdir -p "$cache"
     if [ ! -d "$src" ]; then
-        python3 -m pip download --no-deps --no-binary llama-cpp-python "llama-cpp-python==$version" -d "$cache"
+        [ -f "$cache/llama_cpp_python-$version.tar.gz" ] ||
+            python3 -m pip download --no-deps --no-binary llama-cpp-python "llama-cpp-python==$version" -d "$cache"
         tar xzf "$cache/llama_cpp_python-$version.tar.gz" -C "$cache"
         # GCC 12 drops the tile-config stores before _tile_loadconfig (SIGILL in the AMX kernel);
         # a compiler barrier keeps them.
@@ -38,6 +41,9 @@ build_llama_cpp() {
 }
 
 [ -x "$llama_bench" ] || build_llama_cpp
-(cd "$root" && cargo build --release -p ishizuki)
-exec python3 "$root/bench/vs_llamacpp.py" --ishizuki "${CARGO_TARGET_DIR:-$root/target}/release/ishizuki" \
-    --llama-bench "$llama_bench" "$@"
+ishizuki=${ISHIZUKI_BIN:-}
+if [ -z "$ishizuki" ]; then
+    (cd "$root" && cargo build --release -p ishizuki)
+    ishizuki=${CARGO_TARGET_DIR:-$root/target}/release/ishizuki
+fi
+exec python3 "$root/bench/vs_llamacpp.py" --ishizuki "$ishizuki" --llama-bench "$llama_bench" "$@"

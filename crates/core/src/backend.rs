@@ -1,16 +1,56 @@
 use crate::{dtype::GgmlType, Result};
 use half::f16;
+use std::any::Any;
 
-/// A 2-D weight as stored: `n_out` rows of `n_in` elements in `ty`'s block layout.
-#[derive(Clone, Copy, Debug)]
+/// A backend's own copy of a weight in a layout of its choosing (rows interleaved for its SIMD
+/// kernels, say), made once by `Backend::pack`.
+pub struct PackedWeight {
+    /// Memory the copy holds.
+    pub bytes: usize,
+    pub data: Box<dyn Any + Send + Sync>,
+}
+
+impl std::fmt::Debug for PackedWeight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PackedWeight({} bytes)", self.bytes)
+    }
+}
+
+/// A 2-D weight as stored: `n_out` rows of `n_in` elements in `ty`'s block layout, and the
+/// backend's packed copy of it when it made one.
+#[derive(Clone, Copy)]
 pub struct WeightView<'a> {
     pub ty: GgmlType,
     pub n_out: usize,
     pub n_in: usize,
     pub data: &'a [u8],
+    pub packed: Option<&'a PackedWeight>,
 }
 
-impl WeightView<'_> {
+impl std::fmt::Debug for WeightView<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (ty, n) = (self.ty, self.data.len());
+        let packed = self.packed.map(|p| p.bytes);
+        write!(
+            f,
+            "WeightView({ty} {}x{}, {n} bytes, packed {packed:?})",
+            self.n_out, self.n_in
+        )
+    }
+}
+
+impl<'a> WeightView<'a> {
+    /// A view with no packed copy.
+    pub fn new(ty: GgmlType, n_out: usize, n_in: usize, data: &'a [u8]) -> WeightView<'a> {
+        WeightView {
+            ty,
+            n_out,
+            n_in,
+            data,
+            packed: None,
+        }
+    }
+
     /// Bytes of one row, or a shape error when `n_in` does not fill whole blocks.
     pub fn row_bytes(&self) -> Result<usize> {
         self.ty
@@ -64,6 +104,13 @@ pub struct AttnParams {
 /// positions are contiguous, so decode attention streams them.
 pub trait Backend: Send + Sync {
     fn name(&self) -> String;
+
+    /// A copy of `w` in this backend's preferred layout, if it has one for `w`'s type; made once
+    /// at load, handed back in `WeightView::packed` to every op that takes `w`.
+    fn pack(&self, w: &WeightView) -> Option<PackedWeight> {
+        let _ = w;
+        None
+    }
 
     /// `out (rows, n_out) = x (rows, n_in) . w^T`, any number of rows.
     fn matmul(&self, w: &WeightView, x: &[f32], rows: usize, out: &mut [f32]) -> Result<()>;

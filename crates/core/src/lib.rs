@@ -5,6 +5,6 @@ pub mod dtype;
 pub mod error;
 pub mod quant;
 
-pub use backend::{Backend, WeightView};
+pub use backend::{Backend, PackedWeight, WeightView};
 pub use dtype::GgmlType;
 pub use error::{Error, Result};

@@ -1,4 +1,5 @@
 //! CPU backend: persistent thread pool, runtime-dispatched SIMD, quantized matmul, attention.
+pub mod amx;
 pub mod attention;
 pub mod gemm;
 pub mod gemv;
@@ -6,6 +7,7 @@ pub mod kernels;
 pub mod matmul;
 pub mod membw;
 pub mod ops;
+pub mod packed;
 pub mod pool;
 pub mod simd;
 #[cfg(test)]
@@ -14,7 +16,7 @@ pub mod vmath;
 
 use half::f16;
 use ishizuki_core::backend::{Activation, AttnParams, NormKind, RopeKind};
-use ishizuki_core::{Backend, Result, WeightView};
+use ishizuki_core::{Backend, PackedWeight, Result, WeightView};
 use pool::ThreadPool;
 
 pub struct CpuBackend {
@@ -59,6 +61,14 @@ impl CpuBackend {
 impl Backend for CpuBackend {
     fn name(&self) -> String {
         format!("cpu {} x{}", simd::tier().name(), self.n_threads())
+    }
+
+    fn pack(&self, w: &WeightView) -> Option<PackedWeight> {
+        // the exact backend multiplies the file's layout in f32
+        if self.exact {
+            return None;
+        }
+        packed::pack(w)
     }
 
     fn matmul(&self, w: &WeightView, x: &[f32], rows: usize, out: &mut [f32]) -> Result<()> {

@@ -5,7 +5,7 @@
 use crate::kernels::{self, QKernel, MAX_ROWS};
 use crate::pool::{SharedMut, ThreadPool};
 use crate::simd::{dot, dot4, tier};
-use crate::{gemm, gemv};
+use crate::{gemm, gemv, packed};
 use ishizuki_core::{
     quant::dequantize_row, quant::quantize_row, Error, GgmlType, Result, WeightView,
 };
@@ -16,7 +16,7 @@ const CHUNK: usize = 16;
 /// Tasks per thread and weight when few activation rows are multiplied: each task streams one long
 /// contiguous range of weight rows (hardware prefetchers ramp up once per range), and there are
 /// still enough of them to balance a thread that is slowed down.
-const GEMV_TASKS_PER_THREAD: usize = 4;
+pub(crate) const GEMV_TASKS_PER_THREAD: usize = 4;
 /// Activation rows quantized per task.
 const QUANT_ROWS: usize = 8;
 
@@ -62,6 +62,10 @@ pub fn matmul_multi(
     }
     for (w, out) in ws.iter().zip(outs.iter()) {
         check_shapes(w, x, rows, out)?;
+    }
+    if !exact && packed::applies(ws, rows) {
+        packed::matmul(pool, ws, x, rows, outs);
+        return Ok(());
     }
     if !exact && gemv::applies(ws, rows) {
         gemv::gemv(pool, ws, x, outs);
@@ -171,11 +175,16 @@ pub(crate) struct RowTasks {
 
 impl RowTasks {
     pub(crate) fn new(n_outs: impl Iterator<Item = usize>, rows: usize, n_threads: usize) -> Self {
+        Self::with_chunks(n_outs, |n| chunk_rows(n, rows, n_threads))
+    }
+
+    /// Tasks of `chunk(n_out)` units of each weight (rows, or the packed path's tiles).
+    pub(crate) fn with_chunks(
+        n_outs: impl Iterator<Item = usize>,
+        chunk: impl Fn(usize) -> usize,
+    ) -> Self {
         let n_outs: Vec<usize> = n_outs.collect();
-        let chunks: Vec<usize> = n_outs
-            .iter()
-            .map(|&n| chunk_rows(n, rows, n_threads))
-            .collect();
+        let chunks: Vec<usize> = n_outs.iter().map(|&n| chunk(n).max(1)).collect();
         let mut first = vec![0];
         for (n, c) in n_outs.iter().zip(&chunks) {
             first.push(first.last().unwrap() + n.div_ceil(*c));

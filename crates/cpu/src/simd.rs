@@ -9,6 +9,8 @@ pub enum Tier {
     Avx2,
     /// AVX-512 F/BW/VL/DQ with VNNI.
     Avx512,
+    /// AVX-512 VNNI plus AMX-INT8 tiles (with the kernel's permission) for the prefill GEMM.
+    Amx,
 }
 
 impl Tier {
@@ -17,7 +19,14 @@ impl Tier {
             Tier::Scalar => "scalar",
             Tier::Avx2 => "avx2",
             Tier::Avx512 => "avx512-vnni",
+            Tier::Amx => "amx-int8",
         }
+    }
+
+    /// The highest tier at or below this one with its own row kernels: AMX adds only the GEMM
+    /// microkernel and keeps the AVX-512 ones for everything else.
+    pub fn vector_tier(self) -> Tier {
+        self.min(Tier::Avx512)
     }
 }
 
@@ -36,6 +45,9 @@ pub fn detected_tier() -> Tier {
                 && is_x86_feature_detected!("avx512vl")
                 && is_x86_feature_detected!("avx512dq")
                 && is_x86_feature_detected!("avx512vnni");
+            if avx512 && crate::amx::usable() {
+                return Tier::Amx;
+            }
             if avx512 {
                 return Tier::Avx512;
             }
@@ -47,14 +59,15 @@ pub fn detected_tier() -> Tier {
     })
 }
 
-/// The tier kernels run at: the detected one, lowered by `ISHIZUKI_CPU_TIER=scalar|avx2`.
+/// The tier kernels run at: the detected one, lowered by `ISHIZUKI_CPU_TIER=scalar|avx2|avx512`.
 pub fn tier() -> Tier {
     static TIER: OnceLock<Tier> = OnceLock::new();
     *TIER.get_or_init(|| {
         let forced = match std::env::var("ISHIZUKI_CPU_TIER").as_deref() {
             Ok("scalar") => Tier::Scalar,
             Ok("avx2") => Tier::Avx2,
-            _ => Tier::Avx512,
+            Ok("avx512") => Tier::Avx512,
+            _ => Tier::Amx,
         };
         forced.min(detected_tier())
     })
@@ -62,7 +75,7 @@ pub fn tier() -> Tier {
 
 /// Every tier this CPU can run, for tests that compare each against the scalar reference.
 pub fn available_tiers() -> Vec<Tier> {
-    [Tier::Scalar, Tier::Avx2, Tier::Avx512]
+    [Tier::Scalar, Tier::Avx2, Tier::Avx512, Tier::Amx]
         .into_iter()
         .filter(|t| *t <= detected_tier())
         .collect()

@@ -49,6 +49,13 @@ impl Model {
         KvCache::new(&self.config, n_ctx)
     }
 
+    /// Lets `be` make its packed copies of the matmul weights (call once, before the first
+    /// forward on `be`; forwards on another backend still read the file's layout). Returns the
+    /// memory the copies hold.
+    pub fn pack_weights(&mut self, be: &dyn Backend) -> usize {
+        self.weights.pack(be, &self.file)
+    }
+
     /// Bytes of weights read per decoded token.
     pub fn weight_bytes(&self) -> usize {
         self.file.tensors.iter().map(|t| t.n_bytes as usize).sum()

@@ -1,25 +1,44 @@
 //! Weights as stored in the file: quantization belongs to the `Weight`, never to the model.
 use crate::config::TransformerConfig;
 use crate::ModelError;
-use ishizuki_core::{quant::dequantize_row, WeightView};
+use ishizuki_core::{quant::dequantize_row, Backend, PackedWeight, WeightView};
 use ishizuki_formats::{GgufFile, TensorInfo};
+use std::sync::Arc;
 
-/// A 2-D matrix in the mapped file: `n_out` rows of `n_in` elements.
+/// A 2-D matrix in the mapped file: `n_out` rows of `n_in` elements, and the backend's packed
+/// copy once `pack` made one.
 #[derive(Clone, Debug)]
 pub struct Weight {
     pub n_out: usize,
     pub n_in: usize,
     info: TensorInfo,
+    packed: Option<Arc<PackedWeight>>,
 }
 
 impl Weight {
-    pub fn view<'a>(&self, file: &'a GgufFile) -> WeightView<'a> {
+    pub fn view<'a>(&'a self, file: &'a GgufFile) -> WeightView<'a> {
         WeightView {
-            ty: self.info.ty,
-            n_out: self.n_out,
-            n_in: self.n_in,
-            data: file.tensor_data(&self.info),
+            packed: self.packed.as_deref(),
+            ..WeightView::new(
+                self.info.ty,
+                self.n_out,
+                self.n_in,
+                file.tensor_data(&self.info),
+            )
         }
+    }
+
+    /// Lets `be` make its packed copy; the file's pages of this weight then leave the resident
+    /// set (read again from the file only if something still needs them, like an embedding
+    /// lookup). Returns the bytes the copy holds.
+    pub fn pack(&mut self, be: &dyn Backend, file: &GgufFile) -> usize {
+        let Some(packed) = be.pack(&self.view(file)) else {
+            return 0;
+        };
+        let bytes = packed.bytes;
+        self.packed = Some(Arc::new(packed));
+        file.release_pages(&self.info);
+        bytes
     }
 
     pub fn ty(&self) -> ishizuki_core::GgmlType {
@@ -80,6 +99,7 @@ impl Loader<'_> {
             n_out,
             n_in,
             info: info.clone(),
+            packed: None,
         })
     }
 
@@ -151,6 +171,27 @@ pub fn load_weights(file: &GgufFile, c: &TransformerConfig) -> Result<ModelWeigh
         out_norm: l.vector("output_norm.weight", e)?,
         lm_head: l.opt_matrix("output.weight", c.n_vocab, e)?,
     })
+}
+
+impl ModelWeights {
+    /// Every matrix a matmul reads, `tok_embd` too when it doubles as the output projection.
+    fn matmul_weights(&mut self) -> impl Iterator<Item = &mut Weight> {
+        let head = match &mut self.lm_head {
+            Some(w) => w,
+            None => &mut self.tok_embd,
+        };
+        let layers = self.layers.iter_mut().flat_map(|l| {
+            [&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo]
+                .into_iter()
+                .chain([&mut l.w_gate, &mut l.w_up, &mut l.w_down])
+        });
+        layers.chain(std::iter::once(head))
+    }
+
+    /// Lets `be` pack every matmul weight; returns the bytes the packed copies hold.
+    pub fn pack(&mut self, be: &dyn Backend, file: &GgufFile) -> usize {
+        self.matmul_weights().map(|w| w.pack(be, file)).sum()
+    }
 }
 
 /// The config's flags and the tensors present must agree, layer by layer.

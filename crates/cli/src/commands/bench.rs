@@ -149,8 +149,9 @@ pub fn run(a: BenchArgs) -> CliResult {
         return Err("-r must be at least 1".into());
     }
     let path = resolve_model(&a.model)?;
-    let model = Model::load(&path)?;
+    let mut model = Model::load(&path)?;
     let be = CpuBackend::new(a.threads);
+    let packed = model.pack_weights(&be);
     let mut tests = plan(&a);
     let max_ctx = tests
         .iter()
@@ -183,9 +184,11 @@ pub fn run(a: BenchArgs) -> CliResult {
     } else {
         print_table(&model, &be, &tests, weight_bytes);
     }
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
     if let Some(peak) = peak {
-        eprintln!("peak memory: {:.1} MiB", peak as f64 / (1 << 20) as f64);
+        eprintln!("peak memory: {:.1} MiB", mib(peak));
     }
+    eprintln!("weights repacked at load: {:.1} MiB", mib(packed as u64));
     Ok(())
 }
 

@@ -25,19 +25,21 @@ pub struct Loaded {
 pub fn load(model_arg: &str, threads: usize) -> CliResult<Loaded> {
     let path = resolve_model(model_arg)?;
     let t0 = Instant::now();
-    let model = Model::load(&path)?;
+    let mut model = Model::load(&path)?;
     let tokenizer = Tokenizer::from_gguf(model.file())?;
     let backend = CpuBackend::new(threads);
+    let packed = model.pack_weights(&backend);
     let c = &model.config;
     eprintln!(
-        "loaded {} ({}, {} layers, n_embd {}, vocab {}) in {:.2}s on {}",
+        "loaded {} ({}, {} layers, n_embd {}, vocab {}) in {:.2}s on {} ({:.1} MiB repacked)",
         path.display(),
         c.arch,
         c.n_layer,
         c.n_embd,
         c.n_vocab,
         t0.elapsed().as_secs_f64(),
-        ishizuki_core::Backend::name(&backend)
+        ishizuki_core::Backend::name(&backend),
+        packed as f64 / (1 << 20) as f64
     );
     Ok(Loaded {
         model,

@@ -9,20 +9,24 @@
 mod acts;
 pub mod unpack;
 #[cfg(target_arch = "x86_64")]
+mod x86_amx;
+#[cfg(target_arch = "x86_64")]
 mod x86_avx512;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use crate::pool::{SharedMut, ThreadPool};
 use crate::simd::{tier, Tier};
 use ishizuki_core::WeightView;
 use std::cell::RefCell;
+use std::ops::Range;
 
 /// Weight rows per tile: one 512-bit vector of i32 lanes.
 pub const NR: usize = 16;
-/// Activation rows per microkernel call (accumulators held in registers).
-pub const MR: usize = 8;
+/// Activation rows a microkernel handles at once; panels of rows are multiples of it, and the
+/// GEMM's quantized activations are padded to it (AMX loads whole 16-row tiles).
+pub const MR: usize = 16;
 /// Fewest activation rows for which unpacking a tile pays off against the row-dot kernels.
 pub const MIN_ROWS: usize = 8;
 /// Tasks per thread to aim for when splitting activation rows of a matmul with few tiles.
@@ -43,13 +47,32 @@ pub struct Acts {
 impl Acts {
     /// Quantizes `rows` rows of `k` (a multiple of 32) elements, in parallel.
     pub fn quantize(&mut self, pool: &ThreadPool, x: &[f32], rows: usize, k: usize) {
+        self.quantize_padded(pool, x, rows, k, 1);
+    }
+
+    /// `quantize`, with zero rows after the last up to a multiple of `group` rows.
+    pub fn quantize_padded(
+        &mut self,
+        pool: &ThreadPool,
+        x: &[f32],
+        rows: usize,
+        k: usize,
+        group: usize,
+    ) {
         assert!(k.is_multiple_of(32) && x.len() == rows * k);
         self.k = k;
         self.rows = rows;
-        self.q.resize(rows * k, 0);
-        self.d.resize(rows * k / 32, 0.0);
-        self.sum16.resize(rows * k / 16, 0.0);
-        self.sum32.resize(rows * k / 32, 0.0);
+        let padded = rows.next_multiple_of(group);
+        self.q.resize(padded * k, 0);
+        self.q[rows * k..].fill(0);
+        for (v, per_row) in [
+            (&mut self.d, k / 32),
+            (&mut self.sum16, k / 16),
+            (&mut self.sum32, k / 32),
+        ] {
+            v.resize(padded * per_row, 0.0);
+            v[rows * per_row..].fill(0.0);
+        }
         let (q, d) = (
             SharedMut(self.q.as_mut_ptr()),
             SharedMut(self.d.as_mut_ptr()),
@@ -132,13 +155,17 @@ impl Tile {
     }
 }
 
-/// The microkernel: `out[m][0..n_valid] = tile . acts[m]` for `m` in `m0..m0 + rows` (at most
-/// `MR`), `out` pointing at row `m0`'s first output and rows `ld` apart.
+/// The microkernel: `out[m][0..n_valid] = tile . acts[m]` for every `m` in `rows`, `out`
+/// pointing at the first row's first output and rows `ld` apart.
 /// Unsafe: the tier's instructions must exist and `out` must have room.
-type Microkernel = unsafe fn(&Tile, &Acts, usize, usize, *mut f32, usize, usize);
+type Microkernel = unsafe fn(&Tile, &Acts, Range<usize>, *mut f32, usize, usize);
 
 /// The GEMM microkernel for this tier, if it has one (lower tiers keep the row-dot kernels).
 pub fn microkernel(t: Tier) -> Option<Microkernel> {
+    #[cfg(target_arch = "x86_64")]
+    if t >= Tier::Amx {
+        return Some(x86_amx::tile_rows);
+    }
     #[cfg(target_arch = "x86_64")]
     if t >= Tier::Avx512 {
         return Some(x86_avx512::tile_rows);
@@ -171,6 +198,18 @@ pub fn gemm(
     outs: &mut [&mut [f32]],
 ) -> bool {
     let kernel = microkernel(tier()).expect("checked by applies");
+    gemm_with(kernel, pool, ws, x, rows, outs)
+}
+
+/// `gemm` with a given microkernel (the tests run every tier's).
+fn gemm_with(
+    kernel: Microkernel,
+    pool: &ThreadPool,
+    ws: &[WeightView],
+    x: &[f32],
+    rows: usize,
+    outs: &mut [&mut [f32]],
+) -> bool {
     let k = ws[0].n_in;
     let outs: Vec<SharedMut<f32>> = outs.iter_mut().map(|o| SharedMut(o.as_mut_ptr())).collect();
     let tiles: Vec<usize> = ws.iter().map(|w| w.n_out.div_ceil(NR)).collect();
@@ -182,7 +221,7 @@ pub fn gemm(
     let panels = rows.div_ceil(panel_rows);
     let failed = std::sync::atomic::AtomicBool::new(false);
     ACTS.with_borrow_mut(|acts| {
-        acts.quantize(pool, x, rows, k);
+        acts.quantize_padded(pool, x, rows, k, MR);
         let acts: &Acts = acts;
         pool.run(n_tiles * panels, &|task| {
             let (mut tile, panel) = (task / panels, task % panels);
@@ -199,15 +238,12 @@ pub fn gemm(
                 }
                 let n_valid = (w.n_out - n0).min(NR);
                 let (m_start, m_end) = (panel * panel_rows, ((panel + 1) * panel_rows).min(rows));
-                for m0 in (m_start..m_end).step_by(MR) {
-                    let mr = (m_end - m0).min(MR);
-                    // SAFETY: the tier is supported; this task alone writes columns
-                    // n0..n0 + n_valid of rows m0..m0 + mr, inside the (rows, n_out) output.
-                    unsafe {
-                        let out = outs[ji].ptr().add(m0 * w.n_out + n0);
-                        kernel(t, acts, m0, mr, out, w.n_out, n_valid)
-                    };
-                }
+                // SAFETY: the tier is supported; this task alone writes columns n0..n0 + n_valid
+                // of rows m_start..m_end, inside the (rows, n_out) output.
+                unsafe {
+                    let out = outs[ji].ptr().add(m_start * w.n_out + n0);
+                    kernel(t, acts, m_start..m_end, out, w.n_out, n_valid)
+                };
             });
         });
     });

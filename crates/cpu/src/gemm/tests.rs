@@ -1,11 +1,12 @@
 //! The unpacked affine form against the reference dequantizer, the activation quantizer's
 //! error bound, and the GEMM against an f64 dot of dequantized weights and activations.
 use super::*;
+use crate::simd::available_tiers;
 use crate::test_rng::Rng;
 use ishizuki_core::quant::{dequantize_row, f32_to_f16};
 use ishizuki_core::GgmlType;
 
-const TYPES: &[GgmlType] = &[
+pub(crate) const TYPES: &[GgmlType] = &[
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
@@ -35,7 +36,7 @@ fn f16_fields(ty: GgmlType) -> &'static [usize] {
 
 /// `rows` weight rows of `n` elements: random bytes (every pattern is a valid block) with
 /// finite f16 scales of either sign.
-fn weights(ty: GgmlType, rows: usize, n: usize, rng: &mut Rng) -> Vec<u8> {
+pub(crate) fn weights(ty: GgmlType, rows: usize, n: usize, rng: &mut Rng) -> Vec<u8> {
     let size = ty.type_size();
     let mut w: Vec<u8> = (0..rows * n / ty.block_size() * size)
         .map(|_| rng.next() as u8)
@@ -48,7 +49,7 @@ fn weights(ty: GgmlType, rows: usize, n: usize, rng: &mut Rng) -> Vec<u8> {
     w
 }
 
-fn dequantized(ty: GgmlType, w: &[u8], rows: usize, n: usize) -> Vec<f32> {
+pub(crate) fn dequantized(ty: GgmlType, w: &[u8], rows: usize, n: usize) -> Vec<f32> {
     let mut out = vec![0f32; rows * n];
     let rb = w.len() / rows;
     for (r, o) in out.chunks_exact_mut(n).enumerate() {
@@ -139,7 +140,7 @@ fn activation_quantization_error_is_half_a_step() {
 }
 
 /// `(rows, n_out)` f64 products of the dequantized weights and the dequantized activations.
-fn reference_gemm(w: &[f32], acts: &Acts, n_out: usize) -> Vec<f64> {
+pub(crate) fn reference_gemm(w: &[f32], acts: &Acts, n_out: usize) -> Vec<f64> {
     let k = acts.k;
     let x: Vec<f64> = (0..acts.rows * k)
         .map(|i| acts.d[i / 32] as f64 * acts.q[i] as f64)
@@ -153,38 +154,78 @@ fn reference_gemm(w: &[f32], acts: &Acts, n_out: usize) -> Vec<f64> {
     out
 }
 
+/// Every tier's microkernel on this CPU, lowest first.
+fn microkernels() -> Vec<(Tier, Microkernel)> {
+    let kernels: Vec<_> = available_tiers()
+        .into_iter()
+        .filter_map(|t| microkernel(t).map(|k| (t, k)))
+        .collect();
+    if kernels.is_empty() {
+        eprintln!("skipped: no GEMM microkernel at tier {}", tier().name());
+    }
+    kernels
+}
+
 #[test]
 fn gemm_matches_the_dequantized_product_for_every_type() {
-    if microkernel(tier()).is_none() {
-        eprintln!("skipped: no GEMM microkernel at tier {}", tier().name());
-        return;
-    }
     let pool = ThreadPool::new(2);
     let (k, n_out) = (512, 40); // two whole tiles and a partial one
-    for &ty in TYPES {
-        let mut rng = Rng(0xfeed ^ ty as u64);
-        let wq = weights(ty, n_out, k, &mut rng);
-        let wf = dequantized(ty, &wq, n_out, k);
-        let view = WeightView {
-            ty,
-            n_out,
-            n_in: k,
-            data: &wq,
-        };
-        for rows in [1, 3, 8, 13, 20] {
-            let x: Vec<f32> = (0..rows * k).map(|_| rng.unit()).collect();
-            let mut out = vec![f32::NAN; rows * n_out];
-            assert!(gemm(&pool, &[view], &x, rows, &mut [&mut out]));
-            let mut acts = Acts::default();
-            acts.quantize(&pool, &x, rows, k);
-            let want = reference_gemm(&wf, &acts, n_out);
-            let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
-            for (i, (&got, &want)) in out.iter().zip(&want).enumerate() {
-                assert!(
-                    (got as f64 - want).abs() <= 1e-4 * scale,
-                    "{ty} rows {rows} output {i}: {got} vs {want}"
-                );
+    for (tier, kernel) in microkernels() {
+        for &ty in TYPES {
+            let mut rng = Rng(0xfeed ^ ty as u64);
+            let wq = weights(ty, n_out, k, &mut rng);
+            let wf = dequantized(ty, &wq, n_out, k);
+            let view = WeightView::new(ty, n_out, k, &wq);
+            for rows in [1, 3, 8, 13, 20, 37] {
+                let x: Vec<f32> = (0..rows * k).map(|_| rng.unit()).collect();
+                let mut out = vec![f32::NAN; rows * n_out];
+                assert!(gemm_with(kernel, &pool, &[view], &x, rows, &mut [&mut out]));
+                let mut acts = Acts::default();
+                acts.quantize(&pool, &x, rows, k);
+                let want = reference_gemm(&wf, &acts, n_out);
+                let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
+                for (i, (&got, &want)) in out.iter().zip(&want).enumerate() {
+                    assert!(
+                        (got as f64 - want).abs() <= 1e-4 * scale,
+                        "{} {ty} rows {rows} output {i}: {got} vs {want}",
+                        tier.name()
+                    );
+                }
             }
+        }
+    }
+}
+
+/// AMX and VNNI both sum exact i32 products per sub-block and scale them with the same f32
+/// operations in the same order, so their outputs are the same bits.
+#[test]
+fn every_microkernel_gives_the_same_bits() {
+    let kernels = microkernels();
+    let Some(&(_, first)) = kernels.first() else {
+        return;
+    };
+    let pool = ThreadPool::new(2);
+    let (k, n_out, rows) = (768, 50, 45);
+    for &ty in TYPES {
+        let mut rng = Rng(0xb175 ^ ty as u64);
+        let wq = weights(ty, n_out, k, &mut rng);
+        let view = WeightView::new(ty, n_out, k, &wq);
+        let x: Vec<f32> = (0..rows * k).map(|_| rng.unit() * 3.0).collect();
+        let mut want = vec![0f32; rows * n_out];
+        assert!(gemm_with(first, &pool, &[view], &x, rows, &mut [&mut want]));
+        for &(tier, kernel) in &kernels[1..] {
+            let mut got = vec![f32::NAN; rows * n_out];
+            assert!(gemm_with(kernel, &pool, &[view], &x, rows, &mut [&mut got]));
+            let same = got
+                .iter()
+                .zip(&want)
+                .all(|(g, w)| g.to_bits() == w.to_bits());
+            assert!(
+                same,
+                "{ty}: {} differs from {}",
+                tier.name(),
+                kernels[0].0.name()
+            );
         }
     }
 }
@@ -200,18 +241,8 @@ fn gemm_fills_several_weights_of_one_input() {
     let (a, b) = (GgmlType::Q4_K, GgmlType::Q8_0);
     let (wa, wb) = (weights(a, 16, k, &mut rng), weights(b, 7, k, &mut rng));
     let views = [
-        WeightView {
-            ty: a,
-            n_out: 16,
-            n_in: k,
-            data: &wa,
-        },
-        WeightView {
-            ty: b,
-            n_out: 7,
-            n_in: k,
-            data: &wb,
-        },
+        WeightView::new(a, 16, k, &wa),
+        WeightView::new(b, 7, k, &wb),
     ];
     let x: Vec<f32> = (0..rows * k).map(|_| rng.unit()).collect();
     let (mut oa, mut ob) = (vec![0f32; rows * 16], vec![0f32; rows * 7]);

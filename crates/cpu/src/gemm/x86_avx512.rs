@@ -2,11 +2,29 @@
 //! vector (16 rows x 4 u8) meets each row's 4 activation bytes broadcast from memory in one
 //! `vpdpbusd`; per sub-block the i32 sums become f32 with the weights' scale vector times the
 //! activation scale, plus the weights' min vector times the activation sum.
-use super::{Acts, Tile, MR, NR};
+use super::{Acts, Tile, NR};
 use std::arch::x86_64::*;
+use std::ops::Range;
 
-/// `Microkernel` entry: dispatches on the sub-block size and the number of rows.
+/// Activation rows per call of the inner kernel (accumulators held in registers).
+const MR: usize = 8;
+
+/// `Microkernel` entry: groups of `MR` rows, dispatched on the sub-block size and row count.
 pub(super) unsafe fn tile_rows(
+    t: &Tile,
+    a: &Acts,
+    rows: Range<usize>,
+    out: *mut f32,
+    ld: usize,
+    n_valid: usize,
+) {
+    for m0 in rows.clone().step_by(MR) {
+        let out = out.add((m0 - rows.start) * ld);
+        group_rows(t, a, m0, (rows.end - m0).min(MR), out, ld, n_valid);
+    }
+}
+
+unsafe fn group_rows(
     t: &Tile,
     a: &Acts,
     m0: usize,

@@ -158,6 +158,21 @@ impl GgufFile {
         }
     }
 
+    /// Drops the mapped pages of one of this file's tensors from the process's resident set,
+    /// for a caller that keeps its own copy; a later read maps them again from the file. A
+    /// file read into memory keeps its bytes.
+    pub fn release_pages(&self, t: &TensorInfo) {
+        let (Storage::Mapped(map), Ok(data)) = (&self.storage, self.try_tensor_data(t)) else {
+            return;
+        };
+        let start = data.as_ptr() as usize - map.as_ptr() as usize;
+        // SAFETY: the map is a read-only file mapping, so dropped pages come back unchanged
+        // from the file; the advice is best-effort, a refusal leaves them resident.
+        let _ = unsafe {
+            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, data.len())
+        };
+    }
+
     /// The bytes of the named tensor, if the file has it.
     pub fn tensor_bytes(&self, name: &str) -> Option<&[u8]> {
         self.tensor(name).map(|t| self.tensor_data(t))

@@ -195,7 +195,7 @@ fn tiers_are_reported() {
         assert_eq!(kernel(ty, Tier::Scalar).unwrap().tier, Tier::Scalar);
         let best = kernel(ty, detected_tier()).unwrap().tier;
         let expected = if cfg!(target_arch = "x86_64") {
-            detected_tier()
+            detected_tier().vector_tier()
         } else {
             Tier::Scalar
         };

@@ -1,0 +1,221 @@
+//! Weights repacked at load for the AVX-512 matmuls of few activation rows (decode, short draft
+//! verification): rows interleaved in tiles of 16, so one 64-byte load feeds one `vpdpbusd` for
+//! 16 rows and each block's 16 scales load as one vector, with no per-row reduction.
+//!
+//! Layout: tile after tile (16 rows; rows past `n_out` are zero), each tile sub-block after
+//! sub-block (32 elements), each sub-block its quants then 16 f16 scales and 16 f16 mins
+//! (`x = scale * q + min`, q unsigned, as `gemm::unpack` defines it). Quants per kind, with
+//! `q[n][e]` element `e` of row `n`:
+//! - `Nibbles` (4-bit): 4 x 64 bytes, byte `64 j + 4 n + i` = `q[n][4j+i] | q[n][16+4j+i] << 4`;
+//! - `Nibbles5` (5-bit): the same of the low 4 bits, then 8 u64 masks of the fifth bit, mask
+//!   `jq` bit `4 n + i` = bit 4 of `q[n][4jq+i]`;
+//! - `Bytes` (8-bit): 8 x 64 bytes, byte `64 j + 4 n + i` = `q[n][4j+i]`.
+//!
+//! Only types whose scales and mins are exact in f16 are packed (the legacy 32-element ones),
+//! so the packed product is the file's.
+#[cfg(target_arch = "x86_64")]
+mod x86_avx512;
+
+#[cfg(test)]
+mod tests;
+
+use crate::gemm::{unpack, Acts};
+use crate::matmul::{RowTasks, GEMV_TASKS_PER_THREAD};
+use crate::pool::{SharedMut, ThreadPool};
+use crate::simd::{tier, Tier};
+use half::f16;
+use ishizuki_core::{GgmlType, PackedWeight, WeightView};
+use std::cell::RefCell;
+
+/// Rows per tile.
+pub const NR: usize = 16;
+/// Elements per sub-block.
+const SUB: usize = 32;
+/// Most activation rows the packed kernels take; more go to the GEMM.
+pub const MAX_ROWS: usize = 4;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Nibbles,
+    Nibbles5,
+    Bytes,
+}
+
+impl Kind {
+    fn of(ty: GgmlType) -> Option<Kind> {
+        use GgmlType::*;
+        match ty {
+            Q4_0 | Q4_1 => Some(Kind::Nibbles),
+            Q5_0 | Q5_1 => Some(Kind::Nibbles5),
+            Q8_0 => Some(Kind::Bytes),
+            _ => None,
+        }
+    }
+
+    /// Bytes of one sub-block's quants for a tile.
+    pub const fn quant_bytes(self) -> usize {
+        match self {
+            Kind::Nibbles => 256,
+            Kind::Nibbles5 => 256 + 64,
+            Kind::Bytes => 512,
+        }
+    }
+
+    /// Bytes of one sub-block of a tile: quants, 16 f16 scales, 16 f16 mins.
+    pub const fn sub_bytes(self) -> usize {
+        self.quant_bytes() + 2 * NR * 2
+    }
+}
+
+/// One cache line, so that every sub-block starts 64-byte aligned.
+#[repr(C, align(64))]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Line([u8; 64]);
+
+/// A weight in the packed layout.
+pub struct Packed {
+    pub kind: Kind,
+    pub n_out: usize,
+    pub n_in: usize,
+    lines: Vec<Line>,
+}
+
+impl Packed {
+    pub fn tile_bytes(&self) -> usize {
+        self.n_in / SUB * self.kind.sub_bytes()
+    }
+
+    pub fn n_tiles(&self) -> usize {
+        self.n_out.div_ceil(NR)
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.lines)
+    }
+
+    /// Packs `w`, or None when its type has no packed kind, a row is malformed, or a scale or
+    /// min is not exact in f16.
+    pub fn new(w: &WeightView) -> Option<Packed> {
+        let kind = Kind::of(w.ty)?;
+        let (k, row_bytes) = (w.n_in, w.row_bytes().ok()?);
+        if !k.is_multiple_of(SUB) || w.data.len() != row_bytes * w.n_out {
+            return None;
+        }
+        let n_tiles = w.n_out.div_ceil(NR);
+        let tile_bytes = k / SUB * kind.sub_bytes();
+        let mut p = Packed {
+            kind,
+            n_out: w.n_out,
+            n_in: k,
+            lines: vec![Line([0; 64]); (n_tiles * tile_bytes).div_ceil(64)],
+        };
+        let (mut q, mut scale, mut min) = (vec![0u8; k], vec![0f32; k / SUB], vec![0f32; k / SUB]);
+        for r in 0..w.n_out {
+            let src = &w.data[r * row_bytes..][..row_bytes];
+            if !unpack::unpack_row(w.ty, src, &mut q, &mut scale, &mut min) {
+                return None;
+            }
+            let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut p.lines);
+            let tile = &mut bytes[r / NR * tile_bytes..][..tile_bytes];
+            for (s, sub) in tile.chunks_exact_mut(kind.sub_bytes()).enumerate() {
+                kind.put_quants(sub, r % NR, &q[s * SUB..][..SUB]);
+                let heads = &mut sub[kind.quant_bytes()..];
+                put_f16(&mut heads[2 * (r % NR)..], scale[s])?;
+                put_f16(&mut heads[2 * (NR + r % NR)..], min[s])?;
+            }
+        }
+        Some(p)
+    }
+}
+
+impl Kind {
+    /// Writes row `n`'s 32 quants `q` into one sub-block's quant bytes.
+    fn put_quants(self, sub: &mut [u8], n: usize, q: &[u8]) {
+        for (e, &v) in q.iter().enumerate() {
+            let (quad, i) = (e / 4, e % 4);
+            match self {
+                Kind::Bytes => sub[64 * quad + 4 * n + i] = v,
+                Kind::Nibbles | Kind::Nibbles5 => {
+                    let at = 64 * (quad % 4) + 4 * n + i;
+                    sub[at] |= (v & 0x0f) << (4 * (quad / 4));
+                    if self == Kind::Nibbles5 && v & 0x10 != 0 {
+                        let bit = 4 * n + i;
+                        sub[256 + 8 * quad + bit / 8] |= 1 << (bit % 8);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Stores `v` as f16 if that is exact.
+fn put_f16(at: &mut [u8], v: f32) -> Option<()> {
+    let h = f16::from_f32(v);
+    (h.to_f32() == v).then(|| at[..2].copy_from_slice(&h.to_le_bytes()))
+}
+
+/// The CPU backend's `pack`: a packed copy when this tier has the packed kernels.
+pub fn pack(w: &WeightView) -> Option<PackedWeight> {
+    if tier() < Tier::Avx512 {
+        return None;
+    }
+    let p = Packed::new(w)?;
+    Some(PackedWeight {
+        bytes: p.lines.len() * 64,
+        data: Box::new(p),
+    })
+}
+
+fn packed<'a>(w: &WeightView<'a>) -> Option<&'a Packed> {
+    w.packed?.data.downcast_ref::<Packed>()
+}
+
+/// Whether `matmul` should take the packed path for these weights and rows.
+pub fn applies(ws: &[WeightView], rows: usize) -> bool {
+    (1..=MAX_ROWS).contains(&rows)
+        && tier() >= Tier::Avx512
+        && ws.iter().all(|w| {
+            packed(w).is_some_and(|p| p.n_in == w.n_in && p.n_out == w.n_out)
+                && w.n_in == ws[0].n_in
+        })
+}
+
+/// One call's rows of one packed weight: `out (rows, n_out)` for tiles `tiles`, `out` at the
+/// first tile's first column and rows `n_out` apart.
+/// Unsafe: AVX-512 VNNI must exist, `acts` hold `rows` rows of `n_in`, `out` must have room.
+type TileKernel = unsafe fn(&Packed, std::ops::Range<usize>, &Acts, usize, *mut f32);
+
+thread_local! {
+    static ACTS: RefCell<Acts> = RefCell::new(Acts::default());
+}
+
+/// `outs[i] (rows, n_out_i) = x (rows, k) . ws[i]^T` for weights that `applies` accepted.
+pub fn matmul(
+    pool: &ThreadPool,
+    ws: &[WeightView],
+    x: &[f32],
+    rows: usize,
+    outs: &mut [&mut [f32]],
+) {
+    #[cfg(target_arch = "x86_64")]
+    let kernel: TileKernel = x86_avx512::tiles;
+    #[cfg(not(target_arch = "x86_64"))]
+    let kernel: TileKernel = unreachable!("packed weights are made on x86-64 only");
+    let ps: Vec<&Packed> = ws.iter().map(|w| packed(w).expect("applies")).collect();
+    let outs: Vec<SharedMut<f32>> = outs.iter_mut().map(|o| SharedMut(o.as_mut_ptr())).collect();
+    let per_thread = pool.n_threads() * GEMV_TASKS_PER_THREAD;
+    let tasks = RowTasks::with_chunks(ps.iter().map(|p| p.n_tiles()), |n| n.div_ceil(per_thread));
+    ACTS.with_borrow_mut(|acts| {
+        acts.quantize(pool, x, rows, ws[0].n_in);
+        let acts: &Acts = acts;
+        pool.run(tasks.len(), &|task| {
+            let (ji, tiles) = tasks.get(task);
+            // SAFETY: the tier has AVX-512 VNNI (`applies`); this task alone writes these
+            // tiles' columns of every row of this output, whose shape the caller checked.
+            unsafe {
+                let out = outs[ji].ptr().add(tiles.start * NR);
+                kernel(ps[ji], tiles, acts, rows, out)
+            };
+        });
+    });
+}

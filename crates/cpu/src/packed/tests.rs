@@ -1,0 +1,95 @@
+//! Packed weights against the f64 product of the dequantized operands, every packable type,
+//! partial tiles and 1..=MAX_ROWS activation rows; and what is refused.
+use super::*;
+use crate::gemm::tests::{dequantized, reference_gemm, weights, TYPES};
+use crate::test_rng::Rng;
+
+#[test]
+fn packed_matmul_matches_the_dequantized_product() {
+    if tier() < Tier::Avx512 {
+        eprintln!("skipped: no packed kernels at tier {}", tier().name());
+        return;
+    }
+    let pool = ThreadPool::new(2);
+    let packable = TYPES.iter().filter(|&&ty| Kind::of(ty).is_some());
+    for &ty in packable {
+        for (k, n_out) in [(32, 16), (96, 40), (576, 75)] {
+            let mut rng = Rng(0x9ac4 ^ ty as u64 ^ k as u64);
+            let wq = weights(ty, n_out, k, &mut rng);
+            let wf = dequantized(ty, &wq, n_out, k);
+            let mut view = WeightView::new(ty, n_out, k, &wq);
+            let copy = pack(&view).expect("packable");
+            view.packed = Some(&copy);
+            for rows in 1..=MAX_ROWS {
+                assert!(applies(&[view], rows));
+                let x: Vec<f32> = (0..rows * k).map(|_| rng.unit()).collect();
+                let mut out = vec![f32::NAN; rows * n_out];
+                matmul(&pool, &[view], &x, rows, &mut [&mut out]);
+                let mut acts = Acts::default();
+                acts.quantize(&pool, &x, rows, k);
+                let want = reference_gemm(&wf, &acts, n_out);
+                let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
+                for (i, (&got, &want)) in out.iter().zip(&want).enumerate() {
+                    assert!(
+                        (got as f64 - want).abs() <= 1e-4 * scale,
+                        "{ty} k {k} rows {rows} output {i}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn several_packed_weights_share_one_call() {
+    if tier() < Tier::Avx512 {
+        return;
+    }
+    let pool = ThreadPool::new(2);
+    let (k, mut rng) = (128, Rng(5));
+    let (a, b) = (GgmlType::Q4_1, GgmlType::Q8_0);
+    let (wa, wb) = (weights(a, 48, k, &mut rng), weights(b, 20, k, &mut rng));
+    let (pa, pb) = (
+        pack(&WeightView::new(a, 48, k, &wa)).unwrap(),
+        pack(&WeightView::new(b, 20, k, &wb)).unwrap(),
+    );
+    let views = [
+        WeightView {
+            packed: Some(&pa),
+            ..WeightView::new(a, 48, k, &wa)
+        },
+        WeightView {
+            packed: Some(&pb),
+            ..WeightView::new(b, 20, k, &wb)
+        },
+    ];
+    let x: Vec<f32> = (0..2 * k).map(|_| rng.unit()).collect();
+    let (mut oa, mut ob) = (vec![0f32; 2 * 48], vec![0f32; 2 * 20]);
+    matmul(&pool, &views, &x, 2, &mut [&mut oa, &mut ob]);
+    for (view, out) in views.iter().zip([&oa, &ob]) {
+        let mut single = vec![0f32; out.len()];
+        matmul(&pool, std::slice::from_ref(view), &x, 2, &mut [&mut single]);
+        assert_eq!(out, &single, "{}", view.ty);
+    }
+}
+
+#[test]
+fn unpackable_weights_are_refused() {
+    let mut rng = Rng(3);
+    for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::IQ4_XS] {
+        let w = weights(ty, 16, 256, &mut rng);
+        assert!(
+            Packed::new(&WeightView::new(ty, 16, 256, &w)).is_none(),
+            "{ty}"
+        );
+    }
+    let w = weights(GgmlType::Q4_1, 16, 64, &mut rng);
+    assert!(Packed::new(&WeightView::new(GgmlType::Q4_1, 16, 64, &w[1..])).is_none());
+    assert!(Packed::new(&WeightView::new(GgmlType::Q4_1, 15, 64, &w)).is_none());
+    // a Q8_0 scale whose min (-128 d) overflows f16
+    let mut w = weights(GgmlType::Q8_0, 16, 32, &mut rng);
+    w[..2].copy_from_slice(&f16::from_f32(1000.0).to_le_bytes());
+    assert!(Packed::new(&WeightView::new(GgmlType::Q8_0, 16, 32, &w)).is_none());
+    let view = WeightView::new(GgmlType::Q4_1, 16, 64, &w);
+    assert!(!applies(&[view], 1), "a view without a packed copy");
+}
