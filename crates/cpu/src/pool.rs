@@ -1,38 +1,39 @@
 //! Persistent worker pool entered once per parallel op: workers spin briefly, then park.
-use std::sync::atomic::{AtomicUsize, Ordering};
+//! A job is published through one atomic word (its address and a generation), so an op costs
+//! a few cache-line transfers and no lock unless a worker had parked.
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// A lifetime-erased pointer to the caller's task closure; valid while `Shared::active` > 0
-/// or the job is installed (the caller waits for both before returning).
-#[derive(Clone, Copy)]
-struct JobRef {
-    f: *const (dyn Fn(usize) + Sync),
+/// One parallel op, on the stack of the thread in `run`, which returns only after every worker
+/// that saw it published has let go of it.
+struct Job<'a> {
+    f: &'a (dyn Fn(usize) + Sync),
     n_tasks: usize,
-}
-// SAFETY: the closure is Sync and outlives every use (see `ThreadPool::run`).
-unsafe impl Send for JobRef {}
-
-struct State {
-    job: Option<JobRef>,
-    generation: u64,
-    shutdown: bool,
-}
-
-struct Shared {
-    state: Mutex<State>,
-    wake: Condvar,
-    generation: AtomicUsize,
     next_task: AtomicUsize,
     done_tasks: AtomicUsize,
+}
+
+/// Bits of the published word that hold the job's address (x86-64 and AArch64 user space).
+const ADDR_BITS: u32 = 48;
+const ADDR_MASK: u64 = (1 << ADDR_BITS) - 1;
+
+struct Shared {
+    /// `generation << ADDR_BITS | address of the Job`, 0 as the address when none is published.
+    published: AtomicU64,
+    /// Workers between seeing a published job and letting go of it.
     active: AtomicUsize,
+    /// Workers parked on `wake` (or about to), so `run` knows to notify.
+    parked: AtomicUsize,
+    shutdown: Mutex<bool>,
+    wake: Condvar,
 }
 
 pub struct ThreadPool {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
-    run_lock: Mutex<()>,
+    run_lock: Mutex<u64>,
 }
 
 const SPIN: Duration = Duration::from_micros(200);
@@ -41,16 +42,11 @@ impl ThreadPool {
     /// A pool of `n_threads` including the calling thread.
     pub fn new(n_threads: usize) -> ThreadPool {
         let shared = Arc::new(Shared {
-            state: Mutex::new(State {
-                job: None,
-                generation: 0,
-                shutdown: false,
-            }),
-            wake: Condvar::new(),
-            generation: AtomicUsize::new(0),
-            next_task: AtomicUsize::new(0),
-            done_tasks: AtomicUsize::new(0),
+            published: AtomicU64::new(0),
             active: AtomicUsize::new(0),
+            parked: AtomicUsize::new(0),
+            shutdown: Mutex::new(false),
+            wake: Condvar::new(),
         });
         let workers = (1..n_threads.max(1))
             .map(|i| {
@@ -64,7 +60,7 @@ impl ThreadPool {
         ThreadPool {
             shared,
             workers,
-            run_lock: Mutex::new(()),
+            run_lock: Mutex::new(0),
         }
     }
 
@@ -81,88 +77,106 @@ impl ThreadPool {
             (0..n_tasks).for_each(f);
             return;
         }
-        let _serial = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut generation = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
         let s = &*self.shared;
-        s.next_task.store(0, Ordering::Relaxed);
-        s.done_tasks.store(0, Ordering::Relaxed);
-        // SAFETY: erase the borrow's lifetime; we do not return before every worker lets go.
-        let f_static: *const (dyn Fn(usize) + Sync) = unsafe { std::mem::transmute(f) };
-        {
-            let mut st = s.state.lock().unwrap_or_else(|e| e.into_inner());
-            st.job = Some(JobRef {
-                f: f_static,
-                n_tasks,
-            });
-            st.generation += 1;
-            s.generation
-                .store(st.generation as usize, Ordering::Release);
+        let job = Job {
+            f,
+            n_tasks,
+            next_task: AtomicUsize::new(0),
+            done_tasks: AtomicUsize::new(0),
+        };
+        let addr = &job as *const Job as u64;
+        assert!(addr & !ADDR_MASK == 0, "a stack address above 2^48");
+        *generation += 1;
+        s.published
+            .store(*generation << ADDR_BITS | addr, Ordering::SeqCst);
+        if s.parked.load(Ordering::SeqCst) > 0 {
+            let _guard = s.shutdown.lock().unwrap_or_else(|e| e.into_inner());
+            s.wake.notify_all();
         }
-        s.wake.notify_all();
-        run_tasks(s, f, n_tasks);
-        while s.done_tasks.load(Ordering::Acquire) < n_tasks {
+        run_tasks(&job);
+        while job.done_tasks.load(Ordering::Acquire) < n_tasks {
             std::hint::spin_loop();
         }
-        s.state.lock().unwrap_or_else(|e| e.into_inner()).job = None;
-        while s.active.load(Ordering::Acquire) != 0 {
+        *generation += 1;
+        s.published
+            .store(*generation << ADDR_BITS, Ordering::SeqCst);
+        // a worker that saw the job published before the store above holds `active`
+        while s.active.load(Ordering::SeqCst) != 0 {
             std::hint::spin_loop();
         }
     }
 }
 
-fn run_tasks(s: &Shared, f: &(dyn Fn(usize) + Sync), n_tasks: usize) {
+fn run_tasks(job: &Job) {
     loop {
-        let i = s.next_task.fetch_add(1, Ordering::Relaxed);
-        if i >= n_tasks {
+        let i = job.next_task.fetch_add(1, Ordering::Relaxed);
+        if i >= job.n_tasks {
             break;
         }
-        f(i);
-        s.done_tasks.fetch_add(1, Ordering::Release);
+        (job.f)(i);
+        job.done_tasks.fetch_add(1, Ordering::Release);
     }
 }
 
 fn worker_loop(s: &Shared) {
     let mut seen = 0u64;
     loop {
-        let spin_start = Instant::now();
-        let mut spins = 0u32;
-        while s.generation.load(Ordering::Acquire) as u64 == seen {
-            std::hint::spin_loop();
-            spins = spins.wrapping_add(1);
-            // Reading the clock costs more than a spin: look at it every 256 spins.
-            if spins.is_multiple_of(256) && spin_start.elapsed() >= SPIN {
-                break;
-            }
-        }
-        let job = {
-            let mut st = s.state.lock().unwrap_or_else(|e| e.into_inner());
-            while st.generation == seen && !st.shutdown {
-                st = s.wake.wait(st).unwrap_or_else(|e| e.into_inner());
-            }
-            if st.shutdown {
-                return;
-            }
-            seen = st.generation;
-            if st.job.is_some() {
-                s.active.fetch_add(1, Ordering::AcqRel);
-            }
-            st.job
+        let word = match wait_for_change(s, seen) {
+            Some(word) => word,
+            None => return,
         };
-        if let Some(job) = job {
-            // SAFETY: `run` keeps the closure alive until `active` drops back to 0.
-            let f = unsafe { &*job.f };
-            run_tasks(s, f, job.n_tasks);
-            s.active.fetch_sub(1, Ordering::AcqRel);
+        seen = word;
+        if word & ADDR_MASK == 0 {
+            continue;
+        }
+        s.active.fetch_add(1, Ordering::SeqCst);
+        // Still published after `active` went up: `run` has not unpublished it, so it waits
+        // for this worker before its job leaves the stack.
+        if s.published.load(Ordering::SeqCst) == word {
+            // SAFETY: see above; the address came from `run`'s `&job`.
+            run_tasks(unsafe { &*((word & ADDR_MASK) as *const Job) });
+        }
+        s.active.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Spins, then parks, until the published word differs from `seen`; None on shutdown.
+fn wait_for_change(s: &Shared, seen: u64) -> Option<u64> {
+    let spin_start = Instant::now();
+    let mut spins = 0u32;
+    loop {
+        let word = s.published.load(Ordering::Acquire);
+        if word != seen {
+            return Some(word);
+        }
+        std::hint::spin_loop();
+        spins = spins.wrapping_add(1);
+        // Reading the clock costs more than a spin: look at it every 256 spins.
+        if spins.is_multiple_of(256) && spin_start.elapsed() >= SPIN {
+            break;
         }
     }
+    let mut shutdown = s.shutdown.lock().unwrap_or_else(|e| e.into_inner());
+    s.parked.fetch_add(1, Ordering::SeqCst);
+    let word = loop {
+        let word = s.published.load(Ordering::SeqCst);
+        if *shutdown || word != seen {
+            break word;
+        }
+        shutdown = s.wake.wait(shutdown).unwrap_or_else(|e| e.into_inner());
+    };
+    s.parked.fetch_sub(1, Ordering::SeqCst);
+    (!*shutdown).then_some(word)
 }
 
 impl Drop for ThreadPool {
     fn drop(&mut self) {
-        self.shared
-            .state
+        *self
+            .shared
+            .shutdown
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .shutdown = true;
+            .unwrap_or_else(|e| e.into_inner()) = true;
         self.shared.wake.notify_all();
         for w in self.workers.drain(..) {
             let _ = w.join();
@@ -198,6 +212,45 @@ mod tests {
             });
             assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
         }
+    }
+
+    /// Jobs from two threads at once are serialized, and every worker lets go of each.
+    #[test]
+    fn concurrent_callers_and_many_tiny_jobs() {
+        let pool = Arc::new(ThreadPool::new(4));
+        let total = Arc::new(AtomicUsize::new(0));
+        let callers: Vec<_> = (0..2)
+            .map(|_| {
+                let (pool, total) = (pool.clone(), total.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..20_000 {
+                        pool.run(3, &|i| {
+                            total.fetch_add(i + 1, Ordering::Relaxed);
+                        });
+                    }
+                })
+            })
+            .collect();
+        callers.into_iter().for_each(|c| c.join().unwrap());
+        assert_eq!(total.load(Ordering::Relaxed), 2 * 20_000 * 6);
+    }
+
+    /// Nanoseconds per op of two trivial tasks (the pool's own cost per parallel op):
+    /// `cargo test --release -p ishizuki-cpu pool_overhead -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn pool_overhead() {
+        let pool = ThreadPool::new(2);
+        let sink = AtomicUsize::new(0);
+        let ops = 200_000;
+        let start = Instant::now();
+        for _ in 0..ops {
+            pool.run(2, &|i| {
+                sink.fetch_add(i, Ordering::Relaxed);
+            });
+        }
+        let ns = start.elapsed().as_nanos() as f64 / ops as f64;
+        println!("pool: {ns:.0} ns per op of 2 tasks");
     }
 
     #[test]
