@@ -106,9 +106,11 @@ pub trait Backend: Send + Sync {
     fn name(&self) -> String;
 
     /// A copy of `w` in this backend's preferred layout, if it has one for `w`'s type; made once
-    /// at load, handed back in `WeightView::packed` to every op that takes `w`.
-    fn pack(&self, w: &WeightView) -> Option<PackedWeight> {
-        let _ = w;
+    /// at load, handed back in `WeightView::packed` to every op that takes `w`. The backend
+    /// hands `consumed` each part of `w.data` it has finished reading, so that the caller can
+    /// let go of it while the rest is packed.
+    fn pack(&self, w: &WeightView, consumed: &mut dyn FnMut(&[u8])) -> Option<PackedWeight> {
+        let _ = (w, consumed);
         None
     }
 

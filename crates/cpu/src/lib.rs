@@ -63,12 +63,12 @@ impl Backend for CpuBackend {
         format!("cpu {} x{}", simd::tier().name(), self.n_threads())
     }
 
-    fn pack(&self, w: &WeightView) -> Option<PackedWeight> {
+    fn pack(&self, w: &WeightView, consumed: &mut dyn FnMut(&[u8])) -> Option<PackedWeight> {
         // the exact backend multiplies the file's layout in f32
         if self.exact {
             return None;
         }
-        packed::pack(w)
+        packed::pack(w, consumed)
     }
 
     fn matmul(&self, w: &WeightView, x: &[f32], rows: usize, out: &mut [f32]) -> Result<()> {

@@ -355,8 +355,12 @@ pub fn embed(w: &WeightView, ids: &[u32], out: &mut [f32]) -> Result<()> {
                 w.n_out
             )));
         }
-        let src = &w.data[id * row_bytes..(id + 1) * row_bytes];
-        dequantize_row(w.ty, src, &mut out[i * w.n_in..(i + 1) * w.n_in])?;
+        let row = &mut out[i * w.n_in..(i + 1) * w.n_in];
+        // the packed copy, when there is one, is what stays resident
+        match packed::packed(w) {
+            Some(p) => p.dequantize_row(id, row),
+            None => dequantize_row(w.ty, &w.data[id * row_bytes..(id + 1) * row_bytes], row)?,
+        }
     }
     Ok(())
 }

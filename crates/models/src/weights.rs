@@ -28,16 +28,16 @@ impl Weight {
         }
     }
 
-    /// Lets `be` make its packed copy; the file's pages of this weight then leave the resident
-    /// set (read again from the file only if something still needs them, like an embedding
-    /// lookup). Returns the bytes the copy holds.
+    /// Lets `be` make its packed copy; the file's pages of this weight leave the resident set
+    /// as they are packed (read again from the file only if something still needs them, like
+    /// an embedding lookup), so packing holds one copy at a time. Returns the bytes the copy
+    /// holds.
     pub fn pack(&mut self, be: &dyn Backend, file: &GgufFile) -> usize {
-        let Some(packed) = be.pack(&self.view(file)) else {
+        let Some(packed) = be.pack(&self.view(file), &mut |done| file.release_pages(done)) else {
             return 0;
         };
         let bytes = packed.bytes;
         self.packed = Some(Arc::new(packed));
-        file.release_pages(&self.info);
         bytes
     }
 

@@ -31,6 +31,8 @@ use std::cell::RefCell;
 pub const NR: usize = 16;
 /// Elements per sub-block.
 const SUB: usize = 32;
+/// Source rows handed back to the caller at a time while packing (whole tiles).
+const RELEASE_ROWS: usize = 64 * NR;
 /// Most activation rows the packed kernels take; more go to the GEMM.
 pub const MAX_ROWS: usize = 4;
 
@@ -94,8 +96,8 @@ impl Packed {
     }
 
     /// Packs `w`, or None when its type has no packed kind, a row is malformed, or a scale or
-    /// min is not exact in f16.
-    pub fn new(w: &WeightView) -> Option<Packed> {
+    /// min is not exact in f16. `consumed` gets each whole tile's rows of `w.data` once read.
+    pub fn new(w: &WeightView, consumed: &mut dyn FnMut(&[u8])) -> Option<Packed> {
         let kind = Kind::of(w.ty)?;
         let (k, row_bytes) = (w.n_in, w.row_bytes().ok()?);
         if !k.is_multiple_of(SUB) || w.data.len() != row_bytes * w.n_out {
@@ -123,8 +125,82 @@ impl Packed {
                 put_f16(&mut heads[2 * (r % NR)..], scale[s])?;
                 put_f16(&mut heads[2 * (NR + r % NR)..], min[s])?;
             }
+            if (r + 1) % RELEASE_ROWS == 0 || r + 1 == w.n_out {
+                let first = r / RELEASE_ROWS * RELEASE_ROWS;
+                consumed(&w.data[first * row_bytes..(r + 1) * row_bytes]);
+            }
         }
         Some(p)
+    }
+}
+
+impl Packed {
+    /// Tile `tile` in the GEMM's unpacked form: `q` as `(n_in / 4, NR, 4)` u8, `scale` and `min`
+    /// as `(n_in / 32, NR)`.
+    pub fn unpack_tile(&self, tile: usize, q: &mut [u8], scale: &mut [f32], min: &mut [f32]) {
+        let (sub_bytes, quant_bytes) = (self.kind.sub_bytes(), self.kind.quant_bytes());
+        let src = &self.bytes()[tile * self.tile_bytes()..][..self.tile_bytes()];
+        for (s, sub) in src.chunks_exact(sub_bytes).enumerate() {
+            // the 8 quads of this sub-block, 64 bytes each
+            let quads = &mut q[s * 8 * 64..][..8 * 64];
+            match self.kind {
+                Kind::Bytes => quads.copy_from_slice(&sub[..512]),
+                Kind::Nibbles | Kind::Nibbles5 => {
+                    let (lo, hi) = quads.split_at_mut(4 * 64);
+                    for ((l, h), &v) in lo.iter_mut().zip(hi.iter_mut()).zip(&sub[..256]) {
+                        (*l, *h) = (v & 0x0f, v >> 4);
+                    }
+                }
+            }
+            if self.kind == Kind::Nibbles5 {
+                for (quad, bits) in quads
+                    .chunks_exact_mut(64)
+                    .zip(sub[256..320].chunks_exact(8))
+                {
+                    let bits = u64::from_le_bytes(bits.try_into().expect("8 bytes"));
+                    for (i, v) in quad.iter_mut().enumerate() {
+                        *v |= ((bits >> i & 1) as u8) << 4;
+                    }
+                }
+            }
+            let heads = &sub[quant_bytes..];
+            for n in 0..NR {
+                let at = |i: usize| f16::from_le_bytes([heads[2 * i], heads[2 * i + 1]]).to_f32();
+                scale[s * NR + n] = at(n);
+                min[s * NR + n] = at(NR + n);
+            }
+        }
+    }
+}
+
+impl Packed {
+    /// Row `r` dequantized into `out` (`n_in` values): the embedding lookup of a table whose
+    /// packed copy is the one kept resident. Signed types give the file's values exactly.
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        let (sub_bytes, quant_bytes) = (self.kind.sub_bytes(), self.kind.quant_bytes());
+        let (tile, n) = (r / NR, r % NR);
+        let src = &self.bytes()[tile * self.tile_bytes()..][..self.tile_bytes()];
+        for (sub, o) in src.chunks_exact(sub_bytes).zip(out.chunks_exact_mut(SUB)) {
+            let head = |i: usize| {
+                let at = quant_bytes + 2 * i;
+                f16::from_le_bytes([sub[at], sub[at + 1]]).to_f32()
+            };
+            let (scale, min) = (head(n), head(NR + n));
+            for (e, o) in o.iter_mut().enumerate() {
+                let (quad, lane) = (e / 4, 4 * n + e % 4);
+                let q = match self.kind {
+                    Kind::Bytes => sub[64 * quad + lane],
+                    Kind::Nibbles | Kind::Nibbles5 => {
+                        let nibble = sub[64 * (quad % 4) + lane] >> (4 * (quad / 4)) & 0x0f;
+                        let fifth = self.kind == Kind::Nibbles5
+                            && sub[256 + 8 * quad + lane / 8] >> (lane % 8) & 1 == 1;
+                        nibble | (fifth as u8) << 4
+                    }
+                };
+                // one rounding: scale * (q - offset) exactly as the file's d * q for signed types
+                *o = scale.mul_add(q as f32, min);
+            }
+        }
     }
 }
 
@@ -155,18 +231,19 @@ fn put_f16(at: &mut [u8], v: f32) -> Option<()> {
 }
 
 /// The CPU backend's `pack`: a packed copy when this tier has the packed kernels.
-pub fn pack(w: &WeightView) -> Option<PackedWeight> {
+pub fn pack(w: &WeightView, consumed: &mut dyn FnMut(&[u8])) -> Option<PackedWeight> {
     if tier() < Tier::Avx512 {
         return None;
     }
-    let p = Packed::new(w)?;
+    let p = Packed::new(w, consumed)?;
     Some(PackedWeight {
         bytes: p.lines.len() * 64,
         data: Box::new(p),
     })
 }
 
-fn packed<'a>(w: &WeightView<'a>) -> Option<&'a Packed> {
+/// The CPU backend's packed copy of `w`, if it has one.
+pub fn packed<'a>(w: &WeightView<'a>) -> Option<&'a Packed> {
     w.packed?.data.downcast_ref::<Packed>()
 }
 

@@ -18,7 +18,7 @@ fn packed_matmul_matches_the_dequantized_product() {
             let wq = weights(ty, n_out, k, &mut rng);
             let wf = dequantized(ty, &wq, n_out, k);
             let mut view = WeightView::new(ty, n_out, k, &wq);
-            let copy = pack(&view).expect("packable");
+            let copy = pack(&view, &mut |_| {}).expect("packable");
             view.packed = Some(&copy);
             for rows in 1..=MAX_ROWS {
                 assert!(applies(&[view], rows));
@@ -50,8 +50,8 @@ fn several_packed_weights_share_one_call() {
     let (a, b) = (GgmlType::Q4_1, GgmlType::Q8_0);
     let (wa, wb) = (weights(a, 48, k, &mut rng), weights(b, 20, k, &mut rng));
     let (pa, pb) = (
-        pack(&WeightView::new(a, 48, k, &wa)).unwrap(),
-        pack(&WeightView::new(b, 20, k, &wb)).unwrap(),
+        pack(&WeightView::new(a, 48, k, &wa), &mut |_| {}).unwrap(),
+        pack(&WeightView::new(b, 20, k, &wb), &mut |_| {}).unwrap(),
     );
     let views = [
         WeightView {
@@ -79,17 +79,91 @@ fn unpackable_weights_are_refused() {
     for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::IQ4_XS] {
         let w = weights(ty, 16, 256, &mut rng);
         assert!(
-            Packed::new(&WeightView::new(ty, 16, 256, &w)).is_none(),
+            Packed::new(&WeightView::new(ty, 16, 256, &w), &mut |_| {}).is_none(),
             "{ty}"
         );
     }
     let w = weights(GgmlType::Q4_1, 16, 64, &mut rng);
-    assert!(Packed::new(&WeightView::new(GgmlType::Q4_1, 16, 64, &w[1..])).is_none());
-    assert!(Packed::new(&WeightView::new(GgmlType::Q4_1, 15, 64, &w)).is_none());
+    assert!(Packed::new(
+        &WeightView::new(GgmlType::Q4_1, 16, 64, &w[1..]),
+        &mut |_| {}
+    )
+    .is_none());
+    assert!(Packed::new(&WeightView::new(GgmlType::Q4_1, 15, 64, &w), &mut |_| {}).is_none());
     // a Q8_0 scale whose min (-128 d) overflows f16
     let mut w = weights(GgmlType::Q8_0, 16, 32, &mut rng);
     w[..2].copy_from_slice(&f16::from_f32(1000.0).to_le_bytes());
-    assert!(Packed::new(&WeightView::new(GgmlType::Q8_0, 16, 32, &w)).is_none());
+    assert!(Packed::new(&WeightView::new(GgmlType::Q8_0, 16, 32, &w), &mut |_| {}).is_none());
     let view = WeightView::new(GgmlType::Q4_1, 16, 64, &w);
     assert!(!applies(&[view], 1), "a view without a packed copy");
+}
+
+#[test]
+fn packing_hands_back_every_source_byte_once_in_order() {
+    let mut rng = Rng(8);
+    let n_out = 3 * RELEASE_ROWS + 5;
+    let w = weights(GgmlType::Q4_0, n_out, 32, &mut rng);
+    let mut next = 0;
+    let p = Packed::new(
+        &WeightView::new(GgmlType::Q4_0, n_out, 32, &w),
+        &mut |done| {
+            assert_eq!(done.as_ptr() as usize - w.as_ptr() as usize, next);
+            next += done.len();
+        },
+    );
+    assert!(p.is_some());
+    assert_eq!(next, w.len());
+}
+
+#[test]
+fn packed_tiles_unpack_to_the_gemm_form() {
+    let mut rng = Rng(21);
+    let packable = TYPES.iter().filter(|&&ty| Kind::of(ty).is_some());
+    for &ty in packable {
+        let (n_out, k) = (20, 96);
+        let w = weights(ty, n_out, k, &mut rng);
+        let view = WeightView::new(ty, n_out, k, &w);
+        let p = Packed::new(&view, &mut |_| {}).unwrap();
+        for tile in 0..2 {
+            let mut want = crate::gemm::Tile::default();
+            assert!(want.unpack(&view, tile * NR));
+            let (mut q, mut scale, mut min) = (
+                vec![0; k * NR],
+                vec![0.0; k / 32 * NR],
+                vec![0.0; k / 32 * NR],
+            );
+            p.unpack_tile(tile, &mut q, &mut scale, &mut min);
+            assert_eq!(
+                (q, scale, min),
+                (want.q, want.scale, want.min),
+                "{ty} tile {tile}"
+            );
+        }
+    }
+}
+
+#[test]
+fn packed_rows_dequantize_like_the_file() {
+    let mut rng = Rng(34);
+    let packable = TYPES.iter().filter(|&&ty| Kind::of(ty).is_some());
+    for &ty in packable {
+        let (n_out, k) = (19, 64);
+        let w = weights(ty, n_out, k, &mut rng);
+        let want = dequantized(ty, &w, n_out, k);
+        let p = Packed::new(&WeightView::new(ty, n_out, k, &w), &mut |_| {}).unwrap();
+        let signed = matches!(ty, GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0);
+        for r in 0..n_out {
+            let mut got = vec![f32::NAN; k];
+            p.dequantize_row(r, &mut got);
+            for (e, (&g, &w)) in got.iter().zip(&want[r * k..][..k]).enumerate() {
+                // min types round d * q + m once here, twice in the reference
+                let ok = if signed {
+                    g == w
+                } else {
+                    (g - w).abs() <= 1e-6 * w.abs().max(1e-3)
+                };
+                assert!(ok, "{ty} row {r} element {e}: {g} vs {w}");
+            }
+        }
+    }
 }

@@ -158,19 +158,28 @@ impl GgufFile {
         }
     }
 
-    /// Drops the mapped pages of one of this file's tensors from the process's resident set,
-    /// for a caller that keeps its own copy; a later read maps them again from the file. A
-    /// file read into memory keeps its bytes.
-    pub fn release_pages(&self, t: &TensorInfo) {
-        let (Storage::Mapped(map), Ok(data)) = (&self.storage, self.try_tensor_data(t)) else {
+    /// Drops the whole pages of `bytes` (a part of this file's mapping) from the process's
+    /// resident set, for a caller that keeps its own copy; a later read maps them again from
+    /// the file. Bytes of a file read into memory, or from elsewhere, are left alone.
+    pub fn release_pages(&self, bytes: &[u8]) {
+        let Storage::Mapped(map) = &self.storage else {
             return;
         };
-        let start = data.as_ptr() as usize - map.as_ptr() as usize;
-        // SAFETY: the map is a read-only file mapping, so dropped pages come back unchanged
-        // from the file; the advice is best-effort, a refusal leaves them resident.
-        let _ = unsafe {
-            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, data.len())
-        };
+        let (base, at) = (map.as_ptr() as usize, bytes.as_ptr() as usize);
+        if at < base || at + bytes.len() > base + map.len() {
+            return;
+        }
+        // whole pages inside `bytes` only, so neighbouring tensors stay resident
+        let page = 4096;
+        let start = (at - base).next_multiple_of(page);
+        let end = (at - base + bytes.len()) / page * page;
+        if end > start {
+            // SAFETY: the map is a read-only file mapping, so dropped pages come back
+            // unchanged from the file; the advice is best-effort, a refusal leaves them.
+            let _ = unsafe {
+                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start)
+            };
+        }
     }
 
     /// The bytes of the named tensor, if the file has it.
