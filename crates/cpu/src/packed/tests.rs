@@ -20,8 +20,8 @@ fn packed_matmul_matches_the_dequantized_product() {
             let mut view = WeightView::new(ty, n_out, k, &wq);
             let copy = pack(&view, &mut |_| {}).expect("packable");
             view.packed = Some(&copy);
-            for rows in 1..=MAX_ROWS {
-                assert!(applies(&[view], rows));
+            for rows in (1..=MAX_ROWS).chain([MAX_ROWS + 5, 3 * MAX_ROWS]) {
+                assert_eq!(applies(&[view], rows), rows <= MAX_ROWS);
                 let x: Vec<f32> = (0..rows * k).map(|_| rng.unit()).collect();
                 let mut out = vec![f32::NAN; rows * n_out];
                 matmul(&pool, &[view], &x, rows, &mut [&mut out]);
@@ -165,5 +165,45 @@ fn packed_rows_dequantize_like_the_file() {
                 assert!(ok, "{ty} row {r} element {e}: {g} vs {w}");
             }
         }
+    }
+}
+
+/// Microseconds per row of a 1536 x 576 Q4_1 matmul (SmolLM2's ffn shape), packed kernels
+/// against the GEMM, one thread, for choosing `MAX_ROWS`:
+/// `cargo test --release -p ishizuki-cpu rows_sweep -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn rows_sweep() {
+    let pool = ThreadPool::new(1);
+    let (ty, n_out, k) = (GgmlType::Q4_1, 1536, 576);
+    let mut rng = Rng(77);
+    let w = weights(ty, n_out, k, &mut rng);
+    let copy = pack(&WeightView::new(ty, n_out, k, &w), &mut |_| {}).unwrap();
+    let view = WeightView {
+        packed: Some(&copy),
+        ..WeightView::new(ty, n_out, k, &w)
+    };
+    let best_of = |f: &mut dyn FnMut()| {
+        (0..50)
+            .map(|_| {
+                let start = std::time::Instant::now();
+                f();
+                start.elapsed().as_secs_f64()
+            })
+            .fold(f64::MAX, f64::min)
+    };
+    for rows in [1, 2, 4, 8, 12, 16, 24, 32, 64, 128, 256] {
+        let x: Vec<f32> = (0..rows * k).map(|_| rng.unit()).collect();
+        let mut out = vec![0f32; rows * n_out];
+        let packed = best_of(&mut || matmul(&pool, &[view], &x, rows, &mut [&mut out]));
+        let gemm = best_of(&mut || {
+            assert!(crate::gemm::gemm(&pool, &[view], &x, rows, &mut [&mut out]));
+        });
+        let us = |t: f64| t * 1e6 / rows as f64;
+        println!(
+            "{rows:3} rows: packed {:5.1} us/row, gemm {:5.1} us/row",
+            us(packed),
+            us(gemm)
+        );
     }
 }

@@ -7,88 +7,98 @@ use crate::matmul::{prefetch, PREFETCH_BYTES};
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-/// `TileKernel` entry: dispatches on the quant kind and the number of activation rows.
+/// Activation rows per kernel call (accumulators held in registers).
+const MR: usize = 8;
+
+/// `TileKernel` entry: per tile, every group of `MR` activation rows while the tile is in L1,
+/// dispatched on the quant kind and the group's size.
 pub(super) unsafe fn tiles(p: &Packed, tiles: Range<usize>, a: &Acts, rows: usize, out: *mut f32) {
     macro_rules! go {
-        ($kind:literal) => {
-            match rows {
-                1 => rows_k::<$kind, 1>(p, tiles, a, out),
-                2 => rows_k::<$kind, 2>(p, tiles, a, out),
-                3 => rows_k::<$kind, 3>(p, tiles, a, out),
-                _ => rows_k::<$kind, 4>(p, tiles, a, out),
+        ($kind:literal, $tile:expr, $m0:expr, $out:expr) => {
+            match (rows - $m0).min(MR) {
+                1 => tile_rows::<$kind, 1>(p, $tile, a, $m0, $out),
+                2 => tile_rows::<$kind, 2>(p, $tile, a, $m0, $out),
+                3 => tile_rows::<$kind, 3>(p, $tile, a, $m0, $out),
+                4 => tile_rows::<$kind, 4>(p, $tile, a, $m0, $out),
+                5 => tile_rows::<$kind, 5>(p, $tile, a, $m0, $out),
+                6 => tile_rows::<$kind, 6>(p, $tile, a, $m0, $out),
+                7 => tile_rows::<$kind, 7>(p, $tile, a, $m0, $out),
+                _ => tile_rows::<$kind, MR>(p, $tile, a, $m0, $out),
             }
         };
     }
-    match p.kind {
-        Kind::Nibbles => go!(4),
-        Kind::Nibbles5 => go!(5),
-        Kind::Bytes => go!(8),
+    let tile_bytes = p.tile_bytes();
+    for tile in tiles.clone() {
+        prefetch(p.bytes(), tile * tile_bytes + PREFETCH_BYTES, tile_bytes);
+        for m0 in (0..rows).step_by(MR) {
+            let out = out.add(m0 * p.n_out + (tile - tiles.start) * NR);
+            match p.kind {
+                Kind::Nibbles => go!(4, tile, m0, out),
+                Kind::Nibbles5 => go!(5, tile, m0, out),
+                Kind::Bytes => go!(8, tile, m0, out),
+            }
+        }
     }
 }
 
-/// `R` activation rows against tiles of `BITS`-bit quants.
+/// Activation rows `m0..m0 + R` against one tile of `BITS`-bit quants; `out` at the tile's
+/// first column of row `m0`, rows `n_out` apart.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c")]
-unsafe fn rows_k<const BITS: u8, const R: usize>(
+unsafe fn tile_rows<const BITS: u8, const R: usize>(
     p: &Packed,
-    tiles: Range<usize>,
+    tile: usize,
     a: &Acts,
+    m0: usize,
     out: *mut f32,
 ) {
     let (k, n_sub) = (p.n_in, p.n_in / SUB);
     let (sub_bytes, quant_bytes) = (p.kind.sub_bytes(), p.kind.quant_bytes());
-    let tile_bytes = p.tile_bytes();
-    let data = p.bytes();
-    let aq: [*const i32; R] = std::array::from_fn(|r| a.q.as_ptr().add(r * k).cast());
-    let ad: [*const f32; R] = std::array::from_fn(|r| a.d.as_ptr().add(r * n_sub));
-    let asum: [*const f32; R] = std::array::from_fn(|r| a.sum32.as_ptr().add(r * n_sub));
+    let base = p.bytes().as_ptr().add(tile * p.tile_bytes());
+    let aq: [*const i32; R] = std::array::from_fn(|r| a.q.as_ptr().add((m0 + r) * k).cast());
+    let ad: [*const f32; R] = std::array::from_fn(|r| a.d.as_ptr().add((m0 + r) * n_sub));
+    let asum: [*const f32; R] = std::array::from_fn(|r| a.sum32.as_ptr().add((m0 + r) * n_sub));
     let low4 = _mm512_set1_epi8(0x0f);
-    for tile in tiles.clone() {
-        let base = data.as_ptr().add(tile * tile_bytes);
-        prefetch(data, tile * tile_bytes + PREFETCH_BYTES, tile_bytes);
-        let mut acc = [_mm512_setzero_ps(); R];
-        for s in 0..n_sub {
-            let sb = base.add(s * sub_bytes);
-            let mut dot = [_mm512_setzero_si512(); R];
-            // activation quad `j` of this sub-block, broadcast
-            let x =
-                |r: usize, j: usize| _mm512_set1_epi32(aq[r].add(s * SUB / 4 + j).read_unaligned());
-            if BITS == 8 {
-                for j in 0..8 {
-                    let w = _mm512_load_si512(sb.add(64 * j).cast());
-                    for (r, dot) in dot.iter_mut().enumerate() {
-                        *dot = _mm512_dpbusd_epi32(*dot, w, x(r, j));
-                    }
-                }
-            } else {
-                for j in 0..4 {
-                    let v = _mm512_load_si512(sb.add(64 * j).cast());
-                    let mut lo = _mm512_and_si512(v, low4);
-                    let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), low4);
-                    if BITS == 5 {
-                        let fifth = |jq: usize| sb.add(256 + 8 * jq).cast::<u64>().read_unaligned();
-                        lo = _mm512_mask_add_epi8(lo, fifth(j), lo, _mm512_set1_epi8(16));
-                        hi = _mm512_mask_add_epi8(hi, fifth(j + 4), hi, _mm512_set1_epi8(16));
-                    }
-                    for (r, dot) in dot.iter_mut().enumerate() {
-                        *dot = _mm512_dpbusd_epi32(*dot, lo, x(r, j));
-                        *dot = _mm512_dpbusd_epi32(*dot, hi, x(r, j + 4));
-                    }
+    let mut acc = [_mm512_setzero_ps(); R];
+    for s in 0..n_sub {
+        let sb = base.add(s * sub_bytes);
+        let mut dot = [_mm512_setzero_si512(); R];
+        // activation quad `j` of this sub-block, broadcast
+        let x = |r: usize, j: usize| _mm512_set1_epi32(aq[r].add(s * SUB / 4 + j).read_unaligned());
+        if BITS == 8 {
+            for j in 0..8 {
+                let w = _mm512_load_si512(sb.add(64 * j).cast());
+                for (r, dot) in dot.iter_mut().enumerate() {
+                    *dot = _mm512_dpbusd_epi32(*dot, w, x(r, j));
                 }
             }
-            let heads = sb.add(quant_bytes);
-            let scale = _mm512_cvtph_ps(_mm256_load_si256(heads.cast()));
-            let min = _mm512_cvtph_ps(_mm256_load_si256(heads.add(2 * NR).cast()));
-            for r in 0..R {
-                let d = _mm512_mul_ps(scale, _mm512_set1_ps(*ad[r].add(s)));
-                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r]), d, acc[r]);
-                acc[r] = _mm512_fmadd_ps(min, _mm512_set1_ps(*asum[r].add(s)), acc[r]);
+        } else {
+            for j in 0..4 {
+                let v = _mm512_load_si512(sb.add(64 * j).cast());
+                let mut lo = _mm512_and_si512(v, low4);
+                let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), low4);
+                if BITS == 5 {
+                    let fifth = |jq: usize| sb.add(256 + 8 * jq).cast::<u64>().read_unaligned();
+                    lo = _mm512_mask_add_epi8(lo, fifth(j), lo, _mm512_set1_epi8(16));
+                    hi = _mm512_mask_add_epi8(hi, fifth(j + 4), hi, _mm512_set1_epi8(16));
+                }
+                for (r, dot) in dot.iter_mut().enumerate() {
+                    *dot = _mm512_dpbusd_epi32(*dot, lo, x(r, j));
+                    *dot = _mm512_dpbusd_epi32(*dot, hi, x(r, j + 4));
+                }
             }
         }
-        let col = (tile - tiles.start) * NR;
-        let valid = (p.n_out - tile * NR).min(NR);
-        let mask: __mmask16 = if valid == NR { !0 } else { (1u16 << valid) - 1 };
-        for (r, v) in acc.iter().enumerate() {
-            _mm512_mask_storeu_ps(out.add(r * p.n_out + col), mask, *v);
+        let heads = sb.add(quant_bytes);
+        let scale = _mm512_cvtph_ps(_mm256_load_si256(heads.cast()));
+        let min = _mm512_cvtph_ps(_mm256_load_si256(heads.add(2 * NR).cast()));
+        for r in 0..R {
+            let d = _mm512_mul_ps(scale, _mm512_set1_ps(*ad[r].add(s)));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r]), d, acc[r]);
+            acc[r] = _mm512_fmadd_ps(min, _mm512_set1_ps(*asum[r].add(s)), acc[r]);
         }
+    }
+    let valid = (p.n_out - tile * NR).min(NR);
+    let mask: __mmask16 = if valid == NR { !0 } else { (1u16 << valid) - 1 };
+    for (r, v) in acc.iter().enumerate() {
+        _mm512_mask_storeu_ps(out.add(r * p.n_out), mask, *v);
     }
 }
