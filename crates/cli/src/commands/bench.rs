@@ -1,5 +1,6 @@
 //! `ishizuki bench`: llama-bench's pp/tg tests on our engine, with weight bandwidth per
 //! decoded token against measured read bandwidth, and peak memory.
+use super::profile::Profiled;
 use super::CliResult;
 use ishizuki::fetch::resolve_model;
 use ishizuki_core::Backend;
@@ -30,6 +31,9 @@ pub struct BenchArgs {
     /// Print a JSON array like llama-bench's `-o json`.
     #[arg(long)]
     json: bool,
+    /// Time every backend op and print where the runs spent their time (stderr).
+    #[arg(long)]
+    profile: bool,
 }
 
 struct Test {
@@ -83,7 +87,7 @@ fn tokens(n: usize, n_vocab: usize, seed: u64) -> Vec<u32> {
 /// One timed run of a test from `depth`; returns tokens per second.
 fn run_once(
     model: &Model,
-    be: &CpuBackend,
+    be: &dyn Backend,
     cache: &mut KvCache,
     t: &Test,
     rep: u64,
@@ -105,7 +109,7 @@ fn run_once(
 }
 
 /// Fills the cache with `depth` tokens (untimed).
-fn fill_depth(model: &Model, be: &CpuBackend, cache: &mut KvCache, depth: usize) -> CliResult {
+fn fill_depth(model: &Model, be: &dyn Backend, cache: &mut KvCache, depth: usize) -> CliResult {
     cache.clear();
     for chunk in tokens(depth, model.config.n_vocab, 999).chunks(512) {
         model.forward(be, chunk, cache, Logits::None)?;
@@ -150,8 +154,10 @@ pub fn run(a: BenchArgs) -> CliResult {
     }
     let path = resolve_model(&a.model)?;
     let mut model = Model::load(&path)?;
-    let be = CpuBackend::new(a.threads);
-    let packed = model.pack_weights(&be);
+    let cpu = CpuBackend::new(a.threads);
+    let profiled = Profiled::new(&cpu);
+    let be: &dyn Backend = if a.profile { &profiled } else { &cpu };
+    let packed = model.pack_weights(be);
     let mut tests = plan(&a);
     let max_ctx = tests
         .iter()
@@ -159,14 +165,16 @@ pub fn run(a: BenchArgs) -> CliResult {
         .max()
         .unwrap_or(1);
     let mut cache = model.new_cache(max_ctx);
+    let t0 = Instant::now();
     for t in &mut tests {
-        fill_depth(&model, &be, &mut cache, t.n_depth)?;
-        run_once(&model, &be, &mut cache, t, 0)?;
+        fill_depth(&model, be, &mut cache, t.n_depth)?;
+        run_once(&model, be, &mut cache, t, 0)?;
         for rep in 1..=a.reps as u64 {
-            let ts = run_once(&model, &be, &mut cache, t, rep)?;
+            let ts = run_once(&model, be, &mut cache, t, rep)?;
             t.samples_ts.push(ts);
         }
     }
+    let wall = t0.elapsed();
     // Peak memory of the model and its cache, before the bandwidth probe allocates its buffer.
     let peak = peak_rss();
     let weight_bytes = model.weight_bytes();
@@ -182,13 +190,16 @@ pub fn run(a: BenchArgs) -> CliResult {
             .collect();
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
-        print_table(&model, &be, &tests, weight_bytes);
+        print_table(&model, &cpu, &tests, weight_bytes);
     }
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     if let Some(peak) = peak {
         eprintln!("peak memory: {:.1} MiB", mib(peak));
     }
     eprintln!("weights repacked at load: {:.1} MiB", mib(packed as u64));
+    if a.profile {
+        profiled.print(wall);
+    }
     Ok(())
 }
 

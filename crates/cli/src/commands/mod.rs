@@ -2,6 +2,7 @@
 pub mod bench;
 pub mod inspect;
 pub mod perplexity;
+mod profile;
 pub mod pull;
 pub mod run;
 pub mod tokenize;
