@@ -19,6 +19,9 @@ use ishizuki_core::backend::{Activation, AttnParams, NormKind, RopeKind};
 use ishizuki_core::{Backend, PackedWeight, Result, WeightView};
 use pool::ThreadPool;
 
+/// Elements per task of the row-wise and elementwise ops (smaller ones run on the caller).
+const PAR_ELEMENTS: usize = 1 << 15;
+
 pub struct CpuBackend {
     pool: ThreadPool,
     /// Dequantize every weight to f32 instead of quantizing activations (reference accuracy).
@@ -50,6 +53,24 @@ impl CpuBackend {
 
     pub fn n_threads(&self) -> usize {
         self.pool.n_threads()
+    }
+
+    /// `f` over consecutive chunks of `chunk` elements of `x` (the last shorter) across the
+    /// pool; one call inline when `x` is a single chunk.
+    fn par_chunks(&self, x: &mut [f32], chunk: usize, f: &(dyn Fn(&mut [f32]) + Sync)) {
+        let chunk = chunk.max(1);
+        let n_tasks = x.len().div_ceil(chunk);
+        if n_tasks <= 1 {
+            return f(x);
+        }
+        let (ptr, len) = (pool::SharedMut(x.as_mut_ptr()), x.len());
+        self.pool.run(n_tasks, &|t| {
+            let start = t * chunk;
+            // SAFETY: the tasks' chunks are disjoint parts of `x`, which outlives `run`.
+            f(unsafe {
+                std::slice::from_raw_parts_mut(ptr.ptr().add(start), chunk.min(len - start))
+            })
+        });
     }
 
     /// Read bandwidth in GB/s over `bytes` with this backend's threads.
@@ -90,7 +111,10 @@ impl Backend for CpuBackend {
     }
 
     fn rms_norm(&self, x: &mut [f32], w: &[f32], eps: f32, kind: NormKind) {
-        ops::rms_norm(x, w, eps, kind)
+        let rows_per_task = PAR_ELEMENTS.div_ceil(w.len().max(1));
+        self.par_chunks(x, rows_per_task * w.len(), &|chunk| {
+            ops::rms_norm(chunk, w, eps, kind)
+        });
     }
 
     fn rope(
@@ -120,6 +144,13 @@ impl Backend for CpuBackend {
     }
 
     fn glu(&self, gate: &mut [f32], up: &[f32], act: Activation) {
-        ops::glu(gate, up, act)
+        if gate.len() != up.len() {
+            return ops::glu(gate, up, act); // its own length check
+        }
+        let base = gate.as_ptr() as usize;
+        self.par_chunks(gate, PAR_ELEMENTS, &|chunk| {
+            let at = (chunk.as_ptr() as usize - base) / 4;
+            ops::glu(chunk, &up[at..at + chunk.len()], act)
+        });
     }
 }

@@ -7,8 +7,7 @@ pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32, kind: NormKind) {
         return;
     }
     for row in x.chunks_exact_mut(n) {
-        let ss: f64 = row.iter().map(|v| (*v as f64) * (*v as f64)).sum();
-        let mean_sq = ss / n as f64 + eps as f64;
+        let mean_sq = sum_squares(row) / n as f64 + eps as f64;
         // An all-zero row with eps 0 stays zero instead of becoming 0 * inf.
         let scale = if mean_sq > 0.0 {
             (1.0 / mean_sq.sqrt()) as f32
@@ -26,6 +25,39 @@ pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32, kind: NormKind) {
                 .for_each(|(v, wi)| *v = *v * scale * (1.0 + wi)),
         }
     }
+}
+
+/// `sum(v^2)` accumulated in f64.
+fn sum_squares(row: &[f32]) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::tier() >= crate::simd::Tier::Avx2 {
+        // SAFETY: the tier guarantees AVX2 and FMA.
+        return unsafe { sum_squares_avx2(row) };
+    }
+    row.iter().map(|v| (*v as f64) * (*v as f64)).sum()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn sum_squares_avx2(row: &[f32]) -> f64 {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm256_setzero_pd(); 4];
+    let chunks = row.chunks_exact(16);
+    let tail: f64 = chunks
+        .remainder()
+        .iter()
+        .map(|v| (*v as f64) * (*v as f64))
+        .sum();
+    for c in chunks {
+        for (i, a) in acc.iter_mut().enumerate() {
+            let v = _mm256_cvtps_pd(_mm_loadu_ps(c.as_ptr().add(4 * i)));
+            *a = _mm256_fmadd_pd(v, v, *a);
+        }
+    }
+    let s = _mm256_add_pd(_mm256_add_pd(acc[0], acc[1]), _mm256_add_pd(acc[2], acc[3]));
+    let mut lanes = [0f64; 4];
+    _mm256_storeu_pd(lanes.as_mut_ptr(), s);
+    lanes.iter().sum::<f64>() + tail
 }
 
 /// The cos/sin table of the last rope call: every layer rotates q and k at the same positions,
@@ -124,6 +156,20 @@ mod tests {
         let mut y = vec![1.0, 1.0];
         rms_norm(&mut y, &[1.0, -0.5], 0.0, NormKind::RmsPlusOne);
         assert!((y[0] - 2.0).abs() < 1e-6 && (y[1] - 0.5).abs() < 1e-6);
+    }
+
+    #[test]
+    fn sum_of_squares_paths_agree() {
+        let row: Vec<f32> = (0..1000)
+            .map(|i| ((i * 37) % 101) as f32 * 0.37 - 17.0)
+            .collect();
+        for n in [0, 5, 16, 33, 1000] {
+            let exact: f64 = row[..n].iter().map(|v| (*v as f64) * (*v as f64)).sum();
+            assert!(
+                (sum_squares(&row[..n]) - exact).abs() <= 1e-12 * exact.max(1.0),
+                "{n}"
+            );
+        }
     }
 
     #[test]
