@@ -62,6 +62,13 @@ fn exp_shifted_scalar(x: &mut [f32], max: f32) -> f32 {
     sum
 }
 
+/// `exp` of 8 lanes (the softmax's polynomial). Unsafe: AVX2 and FMA must exist.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn exp8(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    x86::exp(x)
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::*;

@@ -10,6 +10,8 @@ use ishizuki_core::{backend::AttnParams, Error, Result};
 use std::cell::RefCell;
 
 #[cfg(target_arch = "x86_64")]
+mod blocked;
+#[cfg(target_arch = "x86_64")]
 mod x86_avx512;
 
 /// Fewest keys worth a task of their own.
@@ -56,6 +58,10 @@ pub fn attention(
         )));
     }
     let group = nh / nkv;
+    #[cfg(target_arch = "x86_64")]
+    if attend_blocks(pool, q, k, v, capacity, positions, p, out) {
+        return Ok(());
+    }
     let longest = positions.iter().map(|&p| p as usize + 1).max().unwrap_or(0);
     let want_tasks = 2 * pool.n_threads();
     let splits = if rows * nkv >= want_tasks {
@@ -109,6 +115,48 @@ pub fn attention(
         }
     }
     Ok(())
+}
+
+/// The blocked path for several query rows, when it takes these heads and has a task for
+/// every thread; false leaves the work to the per-row path. Shapes checked by the caller.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+fn attend_blocks(
+    pool: &ThreadPool,
+    q: &[f32],
+    k: &[f16],
+    v: &[f16],
+    capacity: usize,
+    positions: &[u32],
+    p: &AttnParams,
+    out: &mut [f32],
+) -> bool {
+    let (hd, nh, nkv, rows) = (p.head_dim, p.n_head, p.n_head_kv, positions.len());
+    let group = nh / nkv;
+    if rows < 2 || tier() < Tier::Avx512 || !blocked::fits(hd, group) {
+        return false;
+    }
+    let block_rows = blocked::block_rows(group);
+    let n_blocks = rows.div_ceil(block_rows);
+    if n_blocks * nkv < pool.n_threads() {
+        return false;
+    }
+    let out = SharedMut(out.as_mut_ptr());
+    pool.run(n_blocks * nkv, &|task| {
+        let (blk, kvh) = (task / nkv, task % nkv);
+        let b = blocked::Block {
+            rows: blk * block_rows..((blk + 1) * block_rows).min(rows),
+            kvh,
+            group,
+            n_head: nh,
+            positions,
+        };
+        let kv = kvh * capacity * hd..(kvh + 1) * capacity * hd;
+        // SAFETY: the tier has AVX-512, `fits` holds, the caller checked every position
+        // against the cache and `out`'s shape; tasks write disjoint head rows.
+        unsafe { blocked::attend(&b, q, &k[kv.clone()], &v[kv], hd, p, out.ptr()) };
+    });
+    true
 }
 
 /// Attends `group` query heads `qs (group, hd)` to positions `j0..j1` of one KV head's keys and
@@ -379,6 +427,25 @@ mod tests {
             check_heads(6, 50, Some(17), 2, heads, None);
         }
         check_heads(3, 40, None, 2, (4, 1, 256), Some(2.0));
+    }
+
+    #[test]
+    fn query_blocks_match_reference() {
+        // many rows: the blocked path, with partial blocks, windows, idle lanes and soft-caps
+        for heads in [
+            (9, 3, 64),
+            (4, 1, 256),
+            (8, 1, 32),
+            (18, 2, 64),
+            (12, 1, 128),
+            (6, 6, 64),
+        ] {
+            for threads in [1, 3] {
+                check_heads(37, 80, None, threads, heads, None);
+                check_heads(20, 20, Some(7), threads, heads, None);
+            }
+        }
+        check_heads(33, 90, Some(40), 2, (4, 1, 256), Some(2.0));
     }
 
     #[test]

@@ -1,0 +1,278 @@
+//! AVX-512 attention for blocks of query rows (prefill, draft verification). A task takes
+//! consecutive rows and one KV head and holds their queries transposed, one lane per (row,
+//! head of the group), so a key costs `hd` FMAs for up to 16 queries and no horizontal sums.
+//! Scores are kept keys x lanes, the softmax runs down the lanes, and each key and value row is
+//! converted from f16 once per block rather than once per query row.
+use half::f16;
+use ishizuki_core::backend::AttnParams;
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+use std::ops::Range;
+
+/// Queries per task: one f32 vector of lanes.
+pub(super) const LANES: usize = 16;
+/// Keys scored at once (independent FMA chains).
+const KEYS: usize = 8;
+/// f32 bytes of converted value rows held at once (stays in L1).
+const VALUE_CHUNK_BYTES: usize = 16 << 10;
+
+/// Calls `$f::<HD>(args)` for the head size `$hd` (checked by `fits`).
+macro_rules! by_hd {
+    ($hd:expr, $f:ident($($arg:expr),*)) => {
+        match $hd {
+            32 => $f::<32>($($arg),*),
+            64 => $f::<64>($($arg),*),
+            128 => $f::<128>($($arg),*),
+            256 => $f::<256>($($arg),*),
+            _ => unreachable!("checked by fits"),
+        }
+    };
+}
+
+/// Whether blocks take heads of `hd` dimensions and `group` query heads per KV head.
+pub(super) fn fits(hd: usize, group: usize) -> bool {
+    matches!(hd, 32 | 64 | 128 | 256) && (1..=LANES).contains(&group)
+}
+
+/// Query rows per block: as many whole rows as fill the lanes.
+pub(super) fn block_rows(group: usize) -> usize {
+    LANES / group
+}
+
+#[derive(Default)]
+struct Scratch {
+    /// `(hd, LANES)` queries.
+    qt: Vec<f32>,
+    /// `(keys, LANES)` scores, then softmax weights.
+    scores: Vec<f32>,
+    /// Converted key or value rows.
+    rows: Vec<f32>,
+    /// `(LANES, hd)` weighted sums of values.
+    acc: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Where a block's lanes come from: lane `l` is row `rows.start + l / group`, query head
+/// `kvh * group + l % group`.
+pub(super) struct Block<'a> {
+    pub rows: Range<usize>,
+    pub kvh: usize,
+    pub group: usize,
+    pub n_head: usize,
+    pub positions: &'a [u32],
+}
+
+impl Block<'_> {
+    fn lanes(&self) -> usize {
+        self.rows.len() * self.group
+    }
+
+    /// Offset of lane `l`'s head row in `q` and `out`, in units of `hd`.
+    fn head_row(&self, l: usize) -> usize {
+        (self.rows.start + l / self.group) * self.n_head + self.kvh * self.group + l % self.group
+    }
+
+    fn pos(&self, l: usize) -> usize {
+        self.positions[self.rows.start + l / self.group] as usize
+    }
+}
+
+/// Attends the block's lanes to this KV head's keys and values `(capacity, hd)` and writes
+/// their outputs. Unsafe: AVX-512F/F16C must exist, `fits(hd, group)`, every lane's position
+/// is inside `k` and `v`, and `out` has room for every head row (`(rows, n_head, hd)`).
+pub(super) unsafe fn attend(
+    b: &Block,
+    q: &[f32],
+    k: &[f16],
+    v: &[f16],
+    hd: usize,
+    p: &AttnParams,
+    out: *mut f32,
+) {
+    by_hd!(hd, attend_hd(b, q, k, v, p, out))
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,f16c,avx2,fma")]
+unsafe fn attend_hd<const HD: usize>(
+    b: &Block,
+    q: &[f32],
+    k: &[f16],
+    v: &[f16],
+    p: &AttnParams,
+    out: *mut f32,
+) {
+    let lanes = b.lanes();
+    let first = |l: usize| p.window.map_or(0, |w| (b.pos(l) + 1).saturating_sub(w));
+    let j_lo = (0..lanes).map(first).min().unwrap_or(0);
+    let j_hi = (0..lanes).map(|l| b.pos(l) + 1).max().unwrap_or(0);
+    let n = j_hi - j_lo;
+    // per lane, the keys it sees as i32 vectors; idle lanes see none
+    let (mut lo, mut hi) = ([i32::MAX; LANES], [-1i32; LANES]);
+    for l in 0..lanes {
+        (lo[l], hi[l]) = (first(l) as i32, b.pos(l) as i32);
+    }
+    let (lo, hi) = (
+        _mm512_loadu_si512(lo.as_ptr().cast()),
+        _mm512_loadu_si512(hi.as_ptr().cast()),
+    );
+    SCRATCH.with_borrow_mut(|s| {
+        s.qt.resize(HD * LANES, 0.0);
+        s.qt.fill(0.0);
+        for l in 0..lanes {
+            for (d, &x) in q[b.head_row(l) * HD..][..HD].iter().enumerate() {
+                s.qt[d * LANES + l] = x;
+            }
+        }
+        s.scores.resize(n * LANES, 0.0);
+        s.rows
+            .resize(KEYS.max(VALUE_CHUNK_BYTES / 4 / HD) * HD, 0.0);
+        scores::<HD>(&s.qt, &k[j_lo * HD..j_hi * HD], &mut s.rows, &mut s.scores);
+        let sum = softmax(&mut s.scores, j_lo, lo, hi, p);
+        s.acc.resize(LANES * HD, 0.0);
+        s.acc.fill(0.0);
+        values::<HD>(
+            &s.scores,
+            &v[j_lo * HD..j_hi * HD],
+            lanes,
+            &mut s.rows,
+            &mut s.acc,
+        );
+        let mut sums = [0f32; LANES];
+        _mm512_storeu_ps(sums.as_mut_ptr(), sum);
+        for (l, sum) in sums.iter().enumerate().take(lanes) {
+            let o = out.add(b.head_row(l) * HD);
+            let inv = _mm512_set1_ps(1.0 / sum);
+            for c in 0..HD / 16 {
+                let a = _mm512_loadu_ps(s.acc.as_ptr().add(l * HD + 16 * c));
+                _mm512_storeu_ps(o.add(16 * c), _mm512_mul_ps(a, inv));
+            }
+        }
+    });
+}
+
+/// Converts `rows` f16 rows of `HD` at `src` into `dst`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,f16c,avx2,fma")]
+unsafe fn convert<const HD: usize>(src: &[f16], dst: &mut [f32], rows: usize) {
+    let (sp, dp) = (src.as_ptr().cast::<__m256i>(), dst.as_mut_ptr());
+    for i in 0..rows * HD / 16 {
+        _mm512_storeu_ps(
+            dp.add(16 * i),
+            _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(i))),
+        );
+    }
+}
+
+/// `scores[jj][l] = q_l . k_jj` for the keys `k (n, HD)`, `KEYS` keys at a time.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,f16c,avx2,fma")]
+unsafe fn scores<const HD: usize>(qt: &[f32], k: &[f16], rows: &mut [f32], scores: &mut [f32]) {
+    let n = k.len() / HD;
+    let (qp, rp) = (qt.as_ptr(), rows.as_ptr());
+    for j0 in (0..n).step_by(KEYS) {
+        let m = (n - j0).min(KEYS);
+        convert::<HD>(&k[j0 * HD..], rows, m);
+        let mut acc = [_mm512_setzero_ps(); KEYS];
+        for d in 0..HD {
+            let qd = _mm512_loadu_ps(qp.add(d * LANES));
+            for (i, a) in acc.iter_mut().enumerate() {
+                // rows past `m` hold earlier keys: finite, and not stored
+                *a = _mm512_fmadd_ps(qd, _mm512_set1_ps(*rp.add(i * HD + d)), *a);
+            }
+        }
+        for (i, a) in acc.iter().enumerate().take(m) {
+            _mm512_storeu_ps(scores.as_mut_ptr().add((j0 + i) * LANES), *a);
+        }
+    }
+}
+
+/// Scales, soft-caps and masks the scores of keys `j_lo..` (lane l sees `lo[l]..=hi[l]`),
+/// then replaces them by `exp(score - max)` per lane; returns each lane's sum.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,f16c,avx2,fma")]
+unsafe fn softmax(
+    scores: &mut [f32],
+    j_lo: usize,
+    lo: __m512i,
+    hi: __m512i,
+    p: &AttnParams,
+) -> __m512 {
+    let n = scores.len() / LANES;
+    let sp = scores.as_mut_ptr();
+    let mut max = _mm512_set1_ps(f32::NEG_INFINITY);
+    for jj in 0..n {
+        let j = _mm512_set1_epi32((j_lo + jj) as i32);
+        let seen = _mm512_cmple_epi32_mask(lo, j) & _mm512_cmpge_epi32_mask(hi, j);
+        let mut row = [0f32; LANES];
+        _mm512_storeu_ps(
+            row.as_mut_ptr(),
+            _mm512_mul_ps(_mm512_loadu_ps(sp.add(jj * LANES)), _mm512_set1_ps(p.scale)),
+        );
+        if let Some(cap) = p.softcap {
+            row.iter_mut().for_each(|x| *x = cap * (*x / cap).tanh());
+        }
+        let s = _mm512_mask_blend_ps(
+            seen,
+            _mm512_set1_ps(f32::NEG_INFINITY),
+            _mm512_loadu_ps(row.as_ptr()),
+        );
+        _mm512_storeu_ps(sp.add(jj * LANES), s);
+        max = _mm512_max_ps(max, s);
+    }
+    // idle lanes keep -inf everywhere: shift them by 0 so they stay finite-free and sum to 0
+    let max = _mm512_mask_blend_ps(
+        _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(max, _mm512_set1_ps(f32::NEG_INFINITY)),
+        max,
+        _mm512_setzero_ps(),
+    );
+    let mut sum = _mm512_setzero_ps();
+    for jj in 0..n {
+        let s = _mm512_loadu_ps(sp.add(jj * LANES));
+        let seen = _mm512_cmp_ps_mask::<_CMP_NEQ_OQ>(s, _mm512_set1_ps(f32::NEG_INFINITY));
+        let x = _mm512_sub_ps(s, max);
+        let e = _mm512_insertf32x8::<1>(
+            _mm512_castps256_ps512(crate::vmath::exp8(_mm512_castps512_ps256(x))),
+            crate::vmath::exp8(_mm512_extractf32x8_ps::<1>(x)),
+        );
+        // the polynomial's clamp leaves exp(-inf) at 1e-38: masked keys weigh exactly 0
+        let e = _mm512_maskz_mov_ps(seen, e);
+        _mm512_storeu_ps(sp.add(jj * LANES), e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    sum
+}
+
+/// `acc[l] += sum_jj w[jj][l] * v_jj` for the values `v (n, HD)`, converted a chunk at a time.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,f16c,avx2,fma")]
+unsafe fn values<const HD: usize>(
+    w: &[f32],
+    v: &[f16],
+    lanes: usize,
+    rows: &mut [f32],
+    acc: &mut [f32],
+) {
+    let n = v.len() / HD;
+    let chunk = rows.len() / HD;
+    for j0 in (0..n).step_by(chunk) {
+        let m = (n - j0).min(chunk);
+        convert::<HD>(&v[j0 * HD..], rows, m);
+        for l in 0..lanes {
+            let ap = acc.as_mut_ptr().add(l * HD);
+            // HD / 16 vectors of this lane's sums, in registers over the chunk
+            let mut a: [__m512; 16] = [_mm512_setzero_ps(); 16];
+            for (c, a) in a.iter_mut().enumerate().take(HD / 16) {
+                *a = _mm512_loadu_ps(ap.add(16 * c));
+            }
+            for i in 0..m {
+                let wi = _mm512_set1_ps(*w.get_unchecked((j0 + i) * LANES + l));
+                let r = rows.as_ptr().add(i * HD);
+                for (c, a) in a.iter_mut().enumerate().take(HD / 16) {
+                    *a = _mm512_fmadd_ps(wi, _mm512_loadu_ps(r.add(16 * c)), *a);
+                }
+            }
+            for (c, a) in a.iter().enumerate().take(HD / 16) {
+                _mm512_storeu_ps(ap.add(16 * c), *a);
+            }
+        }
+    }
+}
