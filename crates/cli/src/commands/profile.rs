@@ -45,7 +45,7 @@ impl<'a> Profiled<'a> {
     pub fn print(&self, wall: Duration) {
         let ops = self.ops.lock().unwrap_or_else(|e| e.into_inner());
         let mut lines: Vec<_> = ops.iter().collect();
-        lines.sort_by(|a, b| b.1 .0.cmp(&a.1 .0));
+        lines.sort_by_key(|line| std::cmp::Reverse(line.1 .0));
         let pct = |d: Duration| 100.0 * d.as_secs_f64() / wall.as_secs_f64().max(1e-9);
         eprintln!("\n| op | weight | rows | calls | ms | % of wall |");
         eprintln!("| --- | --- | --- | ---: | ---: | ---: |");
