@@ -1,6 +1,6 @@
 //! AVX-512 attention for blocks of query rows (prefill, draft verification). A task takes
 //! consecutive rows and one KV head and holds their queries transposed, one lane per (row,
-//! head of the group), so a key costs `hd` FMAs for up to 16 queries and no horizontal sums.
+//! head of the group), so a key costs `hd` FMAs for up to 32 queries and no horizontal sums.
 //! Scores are kept keys x lanes, the softmax runs down the lanes, and each key and value row is
 //! converted from f16 once per block rather than once per query row.
 use half::f16;
@@ -9,8 +9,11 @@ use std::arch::x86_64::*;
 use std::cell::RefCell;
 use std::ops::Range;
 
-/// Queries per task: one f32 vector of lanes.
-pub(super) const LANES: usize = 16;
+/// Queries per task: two f32 vectors of lanes, so each converted key and value row serves
+/// up to 32 queries.
+pub(super) const LANES: usize = 32;
+/// f32 vectors of lanes.
+const V: usize = LANES / 16;
 /// Keys scored at once (independent FMA chains).
 const KEYS: usize = 8;
 /// f32 bytes of converted value rows held at once (stays in L1).
@@ -114,10 +117,10 @@ unsafe fn attend_hd<const HD: usize>(
     for l in 0..lanes {
         (lo[l], hi[l]) = (first(l) as i32, b.pos(l) as i32);
     }
-    let (lo, hi) = (
-        _mm512_loadu_si512(lo.as_ptr().cast()),
-        _mm512_loadu_si512(hi.as_ptr().cast()),
-    );
+    let lo: [__m512i; V] =
+        std::array::from_fn(|i| _mm512_loadu_si512(lo[16 * i..].as_ptr().cast()));
+    let hi: [__m512i; V] =
+        std::array::from_fn(|i| _mm512_loadu_si512(hi[16 * i..].as_ptr().cast()));
     SCRATCH.with_borrow_mut(|s| {
         s.qt.resize(HD * LANES, 0.0);
         s.qt.fill(0.0);
@@ -141,7 +144,9 @@ unsafe fn attend_hd<const HD: usize>(
             &mut s.acc,
         );
         let mut sums = [0f32; LANES];
-        _mm512_storeu_ps(sums.as_mut_ptr(), sum);
+        for (i, s) in sum.iter().enumerate() {
+            _mm512_storeu_ps(sums[16 * i..].as_mut_ptr(), *s);
+        }
         for (l, sum) in sums.iter().enumerate().take(lanes) {
             let o = out.add(b.head_row(l) * HD);
             let inv = _mm512_set1_ps(1.0 / sum);
@@ -173,16 +178,22 @@ unsafe fn scores<const HD: usize>(qt: &[f32], k: &[f16], rows: &mut [f32], score
     for j0 in (0..n).step_by(KEYS) {
         let m = (n - j0).min(KEYS);
         convert::<HD>(&k[j0 * HD..], rows, m);
-        let mut acc = [_mm512_setzero_ps(); KEYS];
+        let mut acc = [[_mm512_setzero_ps(); V]; KEYS];
         for d in 0..HD {
-            let qd = _mm512_loadu_ps(qp.add(d * LANES));
+            let qd: [__m512; V] =
+                std::array::from_fn(|h| _mm512_loadu_ps(qp.add(d * LANES + 16 * h)));
             for (i, a) in acc.iter_mut().enumerate() {
                 // rows past `m` hold earlier keys: finite, and not stored
-                *a = _mm512_fmadd_ps(qd, _mm512_set1_ps(*rp.add(i * HD + d)), *a);
+                let kd = _mm512_set1_ps(*rp.add(i * HD + d));
+                for (a, q) in a.iter_mut().zip(qd) {
+                    *a = _mm512_fmadd_ps(q, kd, *a);
+                }
             }
         }
         for (i, a) in acc.iter().enumerate().take(m) {
-            _mm512_storeu_ps(scores.as_mut_ptr().add((j0 + i) * LANES), *a);
+            for (h, a) in a.iter().enumerate() {
+                _mm512_storeu_ps(scores.as_mut_ptr().add((j0 + i) * LANES + 16 * h), *a);
+            }
         }
     }
 }
@@ -193,51 +204,53 @@ unsafe fn scores<const HD: usize>(qt: &[f32], k: &[f16], rows: &mut [f32], score
 unsafe fn softmax(
     scores: &mut [f32],
     j_lo: usize,
-    lo: __m512i,
-    hi: __m512i,
+    lo: [__m512i; V],
+    hi: [__m512i; V],
     p: &AttnParams,
-) -> __m512 {
+) -> [__m512; V] {
     let n = scores.len() / LANES;
     let sp = scores.as_mut_ptr();
-    let mut max = _mm512_set1_ps(f32::NEG_INFINITY);
+    let neg_inf = _mm512_set1_ps(f32::NEG_INFINITY);
+    let mut max = [neg_inf; V];
     for jj in 0..n {
         let j = _mm512_set1_epi32((j_lo + jj) as i32);
-        let seen = _mm512_cmple_epi32_mask(lo, j) & _mm512_cmpge_epi32_mask(hi, j);
-        let mut row = [0f32; LANES];
-        _mm512_storeu_ps(
-            row.as_mut_ptr(),
-            _mm512_mul_ps(_mm512_loadu_ps(sp.add(jj * LANES)), _mm512_set1_ps(p.scale)),
-        );
+        let row = sp.add(jj * LANES);
+        for h in 0..V {
+            let x = _mm512_mul_ps(_mm512_loadu_ps(row.add(16 * h)), _mm512_set1_ps(p.scale));
+            _mm512_storeu_ps(row.add(16 * h), x);
+        }
         if let Some(cap) = p.softcap {
+            let row = std::slice::from_raw_parts_mut(row, LANES);
             row.iter_mut().for_each(|x| *x = cap * (*x / cap).tanh());
         }
-        let s = _mm512_mask_blend_ps(
-            seen,
-            _mm512_set1_ps(f32::NEG_INFINITY),
-            _mm512_loadu_ps(row.as_ptr()),
-        );
-        _mm512_storeu_ps(sp.add(jj * LANES), s);
-        max = _mm512_max_ps(max, s);
+        for h in 0..V {
+            let seen = _mm512_cmple_epi32_mask(lo[h], j) & _mm512_cmpge_epi32_mask(hi[h], j);
+            let s = _mm512_mask_blend_ps(seen, neg_inf, _mm512_loadu_ps(row.add(16 * h)));
+            _mm512_storeu_ps(row.add(16 * h), s);
+            max[h] = _mm512_max_ps(max[h], s);
+        }
     }
-    // idle lanes keep -inf everywhere: shift them by 0 so they stay finite-free and sum to 0
-    let max = _mm512_mask_blend_ps(
-        _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(max, _mm512_set1_ps(f32::NEG_INFINITY)),
-        max,
-        _mm512_setzero_ps(),
-    );
-    let mut sum = _mm512_setzero_ps();
+    // idle lanes saw no key: shift them by 0 rather than by -inf
+    let max = max.map(|m| {
+        let none = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(m, neg_inf);
+        _mm512_mask_blend_ps(none, m, _mm512_setzero_ps())
+    });
+    let mut sum = [_mm512_setzero_ps(); V];
     for jj in 0..n {
-        let s = _mm512_loadu_ps(sp.add(jj * LANES));
-        let seen = _mm512_cmp_ps_mask::<_CMP_NEQ_OQ>(s, _mm512_set1_ps(f32::NEG_INFINITY));
-        let x = _mm512_sub_ps(s, max);
-        let e = _mm512_insertf32x8::<1>(
-            _mm512_castps256_ps512(crate::vmath::exp8(_mm512_castps512_ps256(x))),
-            crate::vmath::exp8(_mm512_extractf32x8_ps::<1>(x)),
-        );
-        // the polynomial's clamp leaves exp(-inf) at 1e-38: masked keys weigh exactly 0
-        let e = _mm512_maskz_mov_ps(seen, e);
-        _mm512_storeu_ps(sp.add(jj * LANES), e);
-        sum = _mm512_add_ps(sum, e);
+        for h in 0..V {
+            let at = sp.add(jj * LANES + 16 * h);
+            let s = _mm512_loadu_ps(at);
+            let seen = _mm512_cmp_ps_mask::<_CMP_NEQ_OQ>(s, neg_inf);
+            let x = _mm512_sub_ps(s, max[h]);
+            let e = _mm512_insertf32x8::<1>(
+                _mm512_castps256_ps512(crate::vmath::exp8(_mm512_castps512_ps256(x))),
+                crate::vmath::exp8(_mm512_extractf32x8_ps::<1>(x)),
+            );
+            // the polynomial's clamp leaves exp(-inf) at 1e-38: masked keys weigh exactly 0
+            let e = _mm512_maskz_mov_ps(seen, e);
+            _mm512_storeu_ps(at, e);
+            sum[h] = _mm512_add_ps(sum[h], e);
+        }
     }
     sum
 }
