@@ -140,7 +140,30 @@ fn activation_quantization_error_is_half_a_step() {
 }
 
 /// `(rows, n_out)` f64 products of the dequantized weights and the dequantized activations.
-pub(crate) fn reference_gemm(w: &[f32], acts: &Acts, n_out: usize) -> Vec<f64> {
+/// `out (rows, n_out)` within 1e-4 of the largest output of the f64 product of the
+/// dequantized weights `wf` and `x` quantized as the GEMM quantizes it.
+pub(crate) fn assert_matches_reference(
+    pool: &ThreadPool,
+    out: &[f32],
+    wf: &[f32],
+    x: &[f32],
+    rows: usize,
+    n_out: usize,
+    what: &str,
+) {
+    let mut acts = Acts::default();
+    acts.quantize(pool, x, rows, x.len() / rows);
+    let want = reference_gemm(wf, &acts, n_out);
+    let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
+    for (i, (&got, &want)) in out.iter().zip(&want).enumerate() {
+        assert!(
+            (got as f64 - want).abs() <= 1e-4 * scale,
+            "{what} output {i}: {got} vs {want}"
+        );
+    }
+}
+
+fn reference_gemm(w: &[f32], acts: &Acts, n_out: usize) -> Vec<f64> {
     let k = acts.k;
     let x: Vec<f64> = (0..acts.rows * k)
         .map(|i| acts.d[i / 32] as f64 * acts.q[i] as f64)
@@ -180,17 +203,8 @@ fn gemm_matches_the_dequantized_product_for_every_type() {
                 let x: Vec<f32> = (0..rows * k).map(|_| rng.unit()).collect();
                 let mut out = vec![f32::NAN; rows * n_out];
                 assert!(gemm_with(kernel, &pool, &[view], &x, rows, &mut [&mut out]));
-                let mut acts = Acts::default();
-                acts.quantize(&pool, &x, rows, k);
-                let want = reference_gemm(&wf, &acts, n_out);
-                let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
-                for (i, (&got, &want)) in out.iter().zip(&want).enumerate() {
-                    assert!(
-                        (got as f64 - want).abs() <= 1e-4 * scale,
-                        "{} {ty} rows {rows} output {i}: {got} vs {want}",
-                        tier.name()
-                    );
-                }
+                let what = format!("{} {ty} rows {rows}", tier.name());
+                assert_matches_reference(&pool, &out, &wf, &x, rows, n_out, &what);
             }
         }
     }

@@ -1,7 +1,7 @@
 //! Packed weights against the f64 product of the dequantized operands, every packable type,
 //! partial tiles and 1..=MAX_ROWS activation rows; and what is refused.
 use super::*;
-use crate::gemm::tests::{dequantized, reference_gemm, weights, TYPES};
+use crate::gemm::tests::{assert_matches_reference, dequantized, weights, TYPES};
 use crate::test_rng::Rng;
 
 #[test]
@@ -25,16 +25,8 @@ fn packed_matmul_matches_the_dequantized_product() {
                 let x: Vec<f32> = (0..rows * k).map(|_| rng.unit()).collect();
                 let mut out = vec![f32::NAN; rows * n_out];
                 matmul(&pool, &[view], &x, rows, &mut [&mut out]);
-                let mut acts = Acts::default();
-                acts.quantize(&pool, &x, rows, k);
-                let want = reference_gemm(&wf, &acts, n_out);
-                let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
-                for (i, (&got, &want)) in out.iter().zip(&want).enumerate() {
-                    assert!(
-                        (got as f64 - want).abs() <= 1e-4 * scale,
-                        "{ty} k {k} rows {rows} output {i}: {got} vs {want}"
-                    );
-                }
+                let what = format!("{ty} k {k} rows {rows}");
+                assert_matches_reference(&pool, &out, &wf, &x, rows, n_out, &what);
             }
         }
     }
