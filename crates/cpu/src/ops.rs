@@ -60,22 +60,50 @@ unsafe fn sum_squares_avx2(row: &[f32]) -> f64 {
     lanes.iter().sum::<f64>() + tail
 }
 
-/// The cos/sin table of the last rope call: every layer rotates q and k at the same positions,
-/// so one table serves the whole forward.
+/// The cos/sin tables of the last rope calls: every layer rotates q and k at the same
+/// positions, so a table serves the whole forward; models with a local and a global rope
+/// theta (Gemma 3) alternate between two.
 #[derive(Default)]
 struct RopeTable {
     key: (u32, u32, usize),
     positions: Vec<u32>,
-    /// `(positions.len(), head_dim / 2)` pairs of (cos, sin).
-    cos_sin: Vec<(f32, f32)>,
+    /// `(positions.len(), head_dim / 2)` cosines and sines.
+    cos: Vec<f32>,
+    sin: Vec<f32>,
 }
+
+/// Tables kept per thread, most recently used last.
+const ROPE_TABLES: usize = 4;
 
 thread_local! {
-    static ROPE_TABLE: std::cell::RefCell<RopeTable> = std::cell::RefCell::new(RopeTable::default());
+    static ROPE_CACHE: std::cell::RefCell<Vec<RopeTable>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Rotates pairs by `pos * freq_scale * theta^(-2i/head_dim)`; angles in f64 so long contexts
-/// stay exact.
+impl RopeTable {
+    /// Angles `pos * freq_scale * theta^(-2i/head_dim)` in f64, so long contexts stay exact.
+    fn new(key: (u32, u32, usize), positions: &[u32]) -> RopeTable {
+        let (theta, freq_scale, head_dim) = (f32::from_bits(key.0), f32::from_bits(key.1), key.2);
+        let inv_freq: Vec<f64> = (0..head_dim / 2)
+            .map(|i| freq_scale as f64 * (theta as f64).powf(-2.0 * i as f64 / head_dim as f64))
+            .collect();
+        let (mut cos, mut sin) = (Vec::new(), Vec::new());
+        for &pos in positions {
+            for f in &inv_freq {
+                let (s, c) = (pos as f64 * f).sin_cos();
+                cos.push(c as f32);
+                sin.push(s as f32);
+            }
+        }
+        RopeTable {
+            key,
+            positions: positions.to_vec(),
+            cos,
+            sin,
+        }
+    }
+}
+
+/// Rotates pairs of `x (rows, n_head, head_dim)` by `pos * freq_scale * theta^(-2i/head_dim)`.
 pub fn rope(
     x: &mut [f32],
     n_head: usize,
@@ -86,43 +114,69 @@ pub fn rope(
     kind: RopeKind,
 ) {
     let half = head_dim / 2;
-    ROPE_TABLE.with_borrow_mut(|t| {
-        let key = (theta.to_bits(), freq_scale.to_bits(), head_dim);
-        if t.key != key || t.positions != positions {
-            let inv_freq: Vec<f64> = (0..half)
-                .map(|i| freq_scale as f64 * (theta as f64).powf(-2.0 * i as f64 / head_dim as f64))
-                .collect();
-            t.cos_sin.clear();
-            for &pos in positions {
-                t.cos_sin.extend(inv_freq.iter().map(|f| {
-                    let (s, c) = (pos as f64 * f).sin_cos();
-                    (c as f32, s as f32)
-                }));
+    let key = (theta.to_bits(), freq_scale.to_bits(), head_dim);
+    ROPE_CACHE.with_borrow_mut(|tables| {
+        match tables
+            .iter()
+            .position(|t| t.key == key && t.positions == positions)
+        {
+            Some(i) => {
+                let t = tables.remove(i);
+                tables.push(t);
             }
-            t.key = key;
-            t.positions = positions.to_vec();
+            None => {
+                if tables.len() == ROPE_TABLES {
+                    tables.remove(0);
+                }
+                tables.push(RopeTable::new(key, positions));
+            }
         }
-        for (row, cos_sin) in x
-            .chunks_exact_mut(n_head * head_dim)
-            .zip(t.cos_sin.chunks_exact(half))
+        let t = tables.last().expect("just pushed");
+        let rows = x.chunks_exact_mut(n_head * head_dim);
+        for ((row, cos), sin) in rows
+            .zip(t.cos.chunks_exact(half))
+            .zip(t.sin.chunks_exact(half))
         {
             for head in row.chunks_exact_mut(head_dim) {
-                rotate_head(head, cos_sin, kind);
+                rotate_head(head, cos, sin, kind);
             }
         }
     });
 }
 
-fn rotate_head(head: &mut [f32], cos_sin: &[(f32, f32)], kind: RopeKind) {
-    let half = cos_sin.len();
-    for (i, &(c, s)) in cos_sin.iter().enumerate() {
-        let (a, b) = match kind {
-            RopeKind::Norm => (2 * i, 2 * i + 1),
-            RopeKind::Neox => (i, i + half),
-        };
-        let (x0, x1) = (head[a], head[b]);
-        head[a] = x0 * c - x1 * s;
-        head[b] = x0 * s + x1 * c;
+fn rotate_head(head: &mut [f32], cos: &[f32], sin: &[f32], kind: RopeKind) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::tier() >= crate::simd::Tier::Avx2 {
+        // SAFETY: the tier guarantees AVX2 and FMA.
+        return unsafe { rotate_head_avx2(head, cos, sin, kind) };
+    }
+    rotate_head_portable(head, cos, sin, kind)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn rotate_head_avx2(head: &mut [f32], cos: &[f32], sin: &[f32], kind: RopeKind) {
+    rotate_head_portable(head, cos, sin, kind)
+}
+
+/// Plain loops over contiguous halves (Neox) or pairs (Norm), which the compiler vectorizes
+/// for the tier it is inlined into.
+#[inline(always)]
+fn rotate_head_portable(head: &mut [f32], cos: &[f32], sin: &[f32], kind: RopeKind) {
+    let half = cos.len();
+    match kind {
+        RopeKind::Neox => {
+            let (a, b) = head.split_at_mut(half);
+            for (((x0, x1), &c), &s) in a.iter_mut().zip(b.iter_mut()).zip(cos).zip(sin) {
+                (*x0, *x1) = (*x0 * c - *x1 * s, *x0 * s + *x1 * c);
+            }
+        }
+        RopeKind::Norm => {
+            for ((pair, &c), &s) in head.chunks_exact_mut(2).zip(cos).zip(sin) {
+                let (x0, x1) = (pair[0], pair[1]);
+                (pair[0], pair[1]) = (x0 * c - x1 * s, x0 * s + x1 * c);
+            }
+        }
     }
 }
 
@@ -185,6 +239,30 @@ mod tests {
         let mut z = vec![0.5, -0.25];
         rope(&mut z, 1, 2, &[0], 10000.0, 1.0, RopeKind::Norm);
         assert_eq!(z, vec![0.5, -0.25]);
+    }
+
+    #[test]
+    fn rope_tables_alternate_between_thetas() {
+        let x: Vec<f32> = (0..3 * 2 * 8).map(|i| (i as f32 * 0.7).sin()).collect();
+        let positions = [5, 6, 7];
+        let rotated = |theta: f32, kind| {
+            let mut y = x.clone();
+            rope(&mut y, 2, 8, &positions, theta, 1.0, kind);
+            y
+        };
+        for kind in [RopeKind::Norm, RopeKind::Neox] {
+            let (local, global) = (rotated(10_000.0, kind), rotated(1e6, kind));
+            assert_ne!(local, global);
+            assert_eq!(rotated(10_000.0, kind), local);
+            assert_eq!(rotated(1e6, kind), global);
+            // element 1 of row 0, head 0: pair 0 (Norm: with element 0; Neox: element 1 is pair 1)
+            let angle = |i: usize| 5.0 * 10_000f64.powf(-2.0 * i as f64 / 8.0);
+            let want = match kind {
+                RopeKind::Norm => x[0] as f64 * angle(0).sin() + x[1] as f64 * angle(0).cos(),
+                RopeKind::Neox => x[1] as f64 * angle(1).cos() - x[5] as f64 * angle(1).sin(),
+            };
+            assert!((local[1] as f64 - want).abs() < 1e-5, "{kind:?}");
+        }
     }
 
     #[test]
