@@ -27,9 +27,7 @@ pub(super) unsafe fn tiles(p: &Packed, tiles: Range<usize>, a: &Acts, rows: usiz
             }
         };
     }
-    let tile_bytes = p.tile_bytes();
     for tile in tiles.clone() {
-        prefetch(p.bytes(), tile * tile_bytes + PREFETCH_BYTES, tile_bytes);
         for m0 in (0..rows).step_by(MR) {
             let out = out.add(m0 * p.n_out + (tile - tiles.start) * NR);
             match p.kind {
@@ -61,6 +59,12 @@ unsafe fn tile_rows<const BITS: u8, const R: usize>(
     let mut acc = [_mm512_setzero_ps(); R];
     for s in 0..n_sub {
         let sb = base.add(s * sub_bytes);
+        if m0 == 0 {
+            // a few lines a sub-block keep the stream ahead without bursts that fill the
+            // line-fill buffers
+            let at = tile * p.tile_bytes() + s * sub_bytes + PREFETCH_BYTES;
+            prefetch(p.bytes(), at, sub_bytes);
+        }
         let mut dot = [_mm512_setzero_si512(); R];
         // activation quad `j` of this sub-block, broadcast
         let x = |r: usize, j: usize| _mm512_set1_epi32(aq[r].add(s * SUB / 4 + j).read_unaligned());
