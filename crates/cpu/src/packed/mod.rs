@@ -12,7 +12,8 @@
 //! - `Bytes` (8-bit): 8 x 64 bytes, byte `64 j + 4 n + i` = `q[n][4j+i]`.
 //!
 //! Only types whose scales and mins are exact in f16 are packed (the legacy 32-element ones),
-//! so the packed product is the file's.
+//! so the packed product is the file's. The packed copy also feeds the GEMM's tile unpacking
+//! and the embedding lookup, so the file's pages of a packed weight are not read again.
 #[cfg(target_arch = "x86_64")]
 mod x86_avx512;
 
