@@ -118,21 +118,17 @@ impl Tile {
             return false;
         };
         let k = w.n_in;
+        self.sub = sub;
+        self.q.resize(k * NR, 0);
+        self.scale.resize(k / sub * NR, 0.0);
+        self.min.resize(k / sub * NR, 0.0);
         if let Some(p) = crate::packed::packed(w) {
-            self.sub = sub;
-            self.q.resize(k * NR, 0);
-            self.scale.resize(k / sub * NR, 0.0);
-            self.min.resize(k / sub * NR, 0.0);
             p.unpack_tile(n0 / NR, &mut self.q, &mut self.scale, &mut self.min);
             return true;
         }
         let Ok(row_bytes) = w.row_bytes() else {
             return false;
         };
-        self.sub = sub;
-        self.q.resize(k * NR, 0);
-        self.scale.resize(k / sub * NR, 0.0);
-        self.min.resize(k / sub * NR, 0.0);
         self.row_q.resize(k, 0);
         self.row_scale.resize(k / sub, 0.0);
         self.row_min.resize(k / sub, 0.0);
