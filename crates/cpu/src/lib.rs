@@ -3,6 +3,7 @@ pub mod amx;
 pub mod attention;
 pub mod gemm;
 pub mod gemv;
+pub mod huge;
 pub mod kernels;
 pub mod matmul;
 pub mod membw;
@@ -26,6 +27,8 @@ pub struct CpuBackend {
     pool: ThreadPool,
     /// Dequantize every weight to f32 instead of quantizing activations (reference accuracy).
     exact: bool,
+    /// Huge-page memory the packed weights are carved from.
+    arena: huge::HugeArena,
 }
 
 impl CpuBackend {
@@ -39,6 +42,7 @@ impl CpuBackend {
         CpuBackend {
             pool: ThreadPool::new(n),
             exact: false,
+            arena: huge::HugeArena::default(),
         }
     }
 
@@ -89,7 +93,7 @@ impl Backend for CpuBackend {
         if self.exact {
             return None;
         }
-        packed::pack(w, consumed)
+        packed::pack(w, &self.arena, consumed)
     }
 
     fn matmul(&self, w: &WeightView, x: &[f32], rows: usize, out: &mut [f32]) -> Result<()> {

@@ -21,6 +21,7 @@ mod x86_avx512;
 mod tests;
 
 use crate::gemm::{unpack, Acts};
+use crate::huge::{HugeArena, HugeSlice};
 use crate::matmul::{RowTasks, GEMV_TASKS_PER_THREAD};
 use crate::pool::{SharedMut, ThreadPool};
 use crate::simd::{tier, Tier};
@@ -71,17 +72,13 @@ impl Kind {
     }
 }
 
-/// One cache line, so that every sub-block starts 64-byte aligned.
-#[repr(C, align(64))]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Line([u8; 64]);
-
 /// A weight in the packed layout.
 pub struct Packed {
     pub kind: Kind,
     pub n_out: usize,
     pub n_in: usize,
-    lines: Vec<Line>,
+    /// Page-aligned, so every sub-block starts 64-byte aligned.
+    buf: HugeSlice,
 }
 
 impl Packed {
@@ -94,12 +91,16 @@ impl Packed {
     }
 
     pub fn bytes(&self) -> &[u8] {
-        bytemuck::cast_slice(&self.lines)
+        &self.buf
     }
 
-    /// Packs `w`, or None when its type has no packed kind, a row is malformed, or a scale or
+    /// Packs `w` into `arena`, or None when its type has no packed kind, a row is malformed, or a scale or
     /// min is not exact in f16. `consumed` gets each whole tile's rows of `w.data` once read.
-    pub fn new(w: &WeightView, consumed: &mut dyn FnMut(&[u8])) -> Option<Packed> {
+    pub fn new(
+        arena: &HugeArena,
+        w: &WeightView,
+        consumed: &mut dyn FnMut(&[u8]),
+    ) -> Option<Packed> {
         let kind = Kind::of(w.ty)?;
         let (k, row_bytes) = (w.n_in, w.row_bytes().ok()?);
         if !k.is_multiple_of(SUB) || w.data.len() != row_bytes * w.n_out {
@@ -111,7 +112,7 @@ impl Packed {
             kind,
             n_out: w.n_out,
             n_in: k,
-            lines: vec![Line([0; 64]); (n_tiles * tile_bytes).div_ceil(64)],
+            buf: arena.alloc(n_tiles * tile_bytes)?,
         };
         let (mut q, mut scale, mut min) = (vec![0u8; k], vec![0f32; k / SUB], vec![0f32; k / SUB]);
         for r in 0..w.n_out {
@@ -119,8 +120,7 @@ impl Packed {
             if !unpack::unpack_row(w.ty, src, &mut q, &mut scale, &mut min) {
                 return None;
             }
-            let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut p.lines);
-            let tile = &mut bytes[r / NR * tile_bytes..][..tile_bytes];
+            let tile = &mut p.buf[r / NR * tile_bytes..][..tile_bytes];
             for (s, sub) in tile.chunks_exact_mut(kind.sub_bytes()).enumerate() {
                 kind.put_quants(sub, r % NR, &q[s * SUB..][..SUB]);
                 let heads = &mut sub[kind.quant_bytes()..];
@@ -233,13 +233,17 @@ fn put_f16(at: &mut [u8], v: f32) -> Option<()> {
 }
 
 /// The CPU backend's `pack`: a packed copy when this tier has the packed kernels.
-pub fn pack(w: &WeightView, consumed: &mut dyn FnMut(&[u8])) -> Option<PackedWeight> {
+pub fn pack(
+    w: &WeightView,
+    arena: &HugeArena,
+    consumed: &mut dyn FnMut(&[u8]),
+) -> Option<PackedWeight> {
     if tier() < Tier::Avx512 {
         return None;
     }
-    let p = Packed::new(w, consumed)?;
+    let p = Packed::new(arena, w, consumed)?;
     Some(PackedWeight {
-        bytes: p.lines.len() * 64,
+        bytes: p.buf.len(),
         data: Box::new(p),
     })
 }

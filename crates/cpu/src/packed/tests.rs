@@ -2,6 +2,7 @@
 //! partial tiles and 1..=MAX_ROWS activation rows; and what is refused.
 use super::*;
 use crate::gemm::tests::{assert_matches_reference, dequantized, weights, TYPES};
+use crate::huge::HugeArena;
 use crate::test_rng::Rng;
 
 #[test]
@@ -18,7 +19,7 @@ fn packed_matmul_matches_the_dequantized_product() {
             let wq = weights(ty, n_out, k, &mut rng);
             let wf = dequantized(ty, &wq, n_out, k);
             let mut view = WeightView::new(ty, n_out, k, &wq);
-            let copy = pack(&view, &mut |_| {}).expect("packable");
+            let copy = pack(&view, &HugeArena::default(), &mut |_| {}).expect("packable");
             view.packed = Some(&copy);
             for rows in (1..=MAX_ROWS).chain([MAX_ROWS + 5, 3 * MAX_ROWS]) {
                 assert_eq!(applies(&[view], rows), rows <= MAX_ROWS);
@@ -42,8 +43,18 @@ fn several_packed_weights_share_one_call() {
     let (a, b) = (GgmlType::Q4_1, GgmlType::Q8_0);
     let (wa, wb) = (weights(a, 48, k, &mut rng), weights(b, 20, k, &mut rng));
     let (pa, pb) = (
-        pack(&WeightView::new(a, 48, k, &wa), &mut |_| {}).unwrap(),
-        pack(&WeightView::new(b, 20, k, &wb), &mut |_| {}).unwrap(),
+        pack(
+            &WeightView::new(a, 48, k, &wa),
+            &HugeArena::default(),
+            &mut |_| {},
+        )
+        .unwrap(),
+        pack(
+            &WeightView::new(b, 20, k, &wb),
+            &HugeArena::default(),
+            &mut |_| {},
+        )
+        .unwrap(),
     );
     let views = [
         WeightView {
@@ -71,21 +82,37 @@ fn unpackable_weights_are_refused() {
     for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::IQ4_XS] {
         let w = weights(ty, 16, 256, &mut rng);
         assert!(
-            Packed::new(&WeightView::new(ty, 16, 256, &w), &mut |_| {}).is_none(),
+            Packed::new(
+                &HugeArena::default(),
+                &WeightView::new(ty, 16, 256, &w),
+                &mut |_| {}
+            )
+            .is_none(),
             "{ty}"
         );
     }
     let w = weights(GgmlType::Q4_1, 16, 64, &mut rng);
     assert!(Packed::new(
+        &HugeArena::default(),
         &WeightView::new(GgmlType::Q4_1, 16, 64, &w[1..]),
         &mut |_| {}
     )
     .is_none());
-    assert!(Packed::new(&WeightView::new(GgmlType::Q4_1, 15, 64, &w), &mut |_| {}).is_none());
+    assert!(Packed::new(
+        &HugeArena::default(),
+        &WeightView::new(GgmlType::Q4_1, 15, 64, &w),
+        &mut |_| {}
+    )
+    .is_none());
     // a Q8_0 scale whose min (-128 d) overflows f16
     let mut w = weights(GgmlType::Q8_0, 16, 32, &mut rng);
     w[..2].copy_from_slice(&f16::from_f32(1000.0).to_le_bytes());
-    assert!(Packed::new(&WeightView::new(GgmlType::Q8_0, 16, 32, &w), &mut |_| {}).is_none());
+    assert!(Packed::new(
+        &HugeArena::default(),
+        &WeightView::new(GgmlType::Q8_0, 16, 32, &w),
+        &mut |_| {}
+    )
+    .is_none());
     let view = WeightView::new(GgmlType::Q4_1, 16, 64, &w);
     assert!(!applies(&[view], 1), "a view without a packed copy");
 }
@@ -97,6 +124,7 @@ fn packing_hands_back_every_source_byte_once_in_order() {
     let w = weights(GgmlType::Q4_0, n_out, 32, &mut rng);
     let mut next = 0;
     let p = Packed::new(
+        &HugeArena::default(),
         &WeightView::new(GgmlType::Q4_0, n_out, 32, &w),
         &mut |done| {
             assert_eq!(done.as_ptr() as usize - w.as_ptr() as usize, next);
@@ -115,7 +143,7 @@ fn packed_tiles_unpack_to_the_gemm_form() {
         let (n_out, k) = (20, 96);
         let w = weights(ty, n_out, k, &mut rng);
         let view = WeightView::new(ty, n_out, k, &w);
-        let p = Packed::new(&view, &mut |_| {}).unwrap();
+        let p = Packed::new(&HugeArena::default(), &view, &mut |_| {}).unwrap();
         for tile in 0..2 {
             let mut want = crate::gemm::Tile::default();
             assert!(want.unpack(&view, tile * NR));
@@ -142,7 +170,12 @@ fn packed_rows_dequantize_like_the_file() {
         let (n_out, k) = (19, 64);
         let w = weights(ty, n_out, k, &mut rng);
         let want = dequantized(ty, &w, n_out, k);
-        let p = Packed::new(&WeightView::new(ty, n_out, k, &w), &mut |_| {}).unwrap();
+        let p = Packed::new(
+            &HugeArena::default(),
+            &WeightView::new(ty, n_out, k, &w),
+            &mut |_| {},
+        )
+        .unwrap();
         let signed = matches!(ty, GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0);
         for r in 0..n_out {
             let mut got = vec![f32::NAN; k];
@@ -170,7 +203,12 @@ fn rows_sweep() {
     let (ty, n_out, k) = (GgmlType::Q4_1, 1536, 576);
     let mut rng = Rng(77);
     let w = weights(ty, n_out, k, &mut rng);
-    let copy = pack(&WeightView::new(ty, n_out, k, &w), &mut |_| {}).unwrap();
+    let copy = pack(
+        &WeightView::new(ty, n_out, k, &w),
+        &HugeArena::default(),
+        &mut |_| {},
+    )
+    .unwrap();
     let view = WeightView {
         packed: Some(&copy),
         ..WeightView::new(ty, n_out, k, &w)
