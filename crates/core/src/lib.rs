@@ -3,6 +3,7 @@
 pub mod backend;
 pub mod dtype;
 pub mod error;
+pub mod huge;
 pub mod quant;
 
 pub use backend::{Backend, PackedWeight, WeightView};

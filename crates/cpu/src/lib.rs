@@ -3,7 +3,6 @@ pub mod amx;
 pub mod attention;
 pub mod gemm;
 pub mod gemv;
-pub mod huge;
 pub mod kernels;
 pub mod matmul;
 pub mod membw;
@@ -17,6 +16,7 @@ pub mod vmath;
 
 use half::f16;
 use ishizuki_core::backend::{Activation, AttnParams, NormKind, RopeKind};
+use ishizuki_core::huge::HugeArena;
 use ishizuki_core::{Backend, PackedWeight, Result, WeightView};
 use pool::ThreadPool;
 
@@ -28,7 +28,7 @@ pub struct CpuBackend {
     /// Dequantize every weight to f32 instead of quantizing activations (reference accuracy).
     exact: bool,
     /// Huge-page memory the packed weights are carved from.
-    arena: huge::HugeArena,
+    arena: HugeArena,
 }
 
 impl CpuBackend {
@@ -42,7 +42,7 @@ impl CpuBackend {
         CpuBackend {
             pool: ThreadPool::new(n),
             exact: false,
-            arena: huge::HugeArena::default(),
+            arena: HugeArena::default(),
         }
     }
 

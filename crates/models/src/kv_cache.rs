@@ -2,33 +2,32 @@
 use crate::config::TransformerConfig;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
+use ishizuki_core::huge::HugeBuf;
 
 pub struct KvCache {
     n_ctx: usize,
     head_dim: usize,
     kv_dim: usize,
     len: usize,
-    /// Per layer: keys and values, each head-major `(n_head_kv, n_ctx, head_dim)`.
-    layers: Vec<(Vec<f16>, Vec<f16>)>,
+    /// `(n_layer, 2, n_head_kv, n_ctx, head_dim)` f16: per layer keys then values, head-major.
+    /// Huge pages: decode at depth streams all of it once per token, as it does the weights.
+    data: HugeBuf,
 }
 
 impl KvCache {
     pub fn new(c: &TransformerConfig, n_ctx: usize) -> KvCache {
         let kv_dim = c.kv_dim();
-        let layers = (0..c.n_layer)
-            .map(|_| {
-                (
-                    vec![f16::ZERO; n_ctx * kv_dim],
-                    vec![f16::ZERO; n_ctx * kv_dim],
-                )
-            })
-            .collect();
+        let bytes = c.n_layer * 2 * n_ctx * kv_dim * std::mem::size_of::<f16>();
+        let data = HugeBuf::zeroed(bytes).unwrap_or_else(|| {
+            // what a Vec does when memory runs out
+            std::alloc::handle_alloc_error(std::alloc::Layout::array::<f16>(bytes / 2).unwrap())
+        });
         KvCache {
             n_ctx,
             head_dim: c.head_dim,
             kv_dim,
             len: 0,
-            layers,
+            data,
         }
     }
 
@@ -62,7 +61,9 @@ impl KvCache {
     /// Stores rows `(rows, n_head_kv * head_dim)` of keys and values for `layer` starting at
     /// position `pos`.
     pub(crate) fn write(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
-        let (kc, vc) = &mut self.layers[layer];
+        let per = self.n_ctx * self.kv_dim;
+        let all: &mut [f16] = bytemuck::cast_slice_mut(&mut self.data);
+        let (kc, vc) = all[2 * layer * per..][..2 * per].split_at_mut(per);
         let hd = self.head_dim;
         for (cache, rows) in [(kc, k), (vc, v)] {
             for (r, row) in rows.chunks_exact(self.kv_dim).enumerate() {
@@ -76,7 +77,8 @@ impl KvCache {
     }
 
     pub(crate) fn layer(&self, layer: usize) -> (&[f16], &[f16]) {
-        let (k, v) = &self.layers[layer];
-        (k, v)
+        let per = self.n_ctx * self.kv_dim;
+        let all: &[f16] = bytemuck::cast_slice(&self.data);
+        all[2 * layer * per..][..2 * per].split_at(per)
     }
 }

@@ -21,11 +21,11 @@ mod x86_avx512;
 mod tests;
 
 use crate::gemm::{unpack, Acts};
-use crate::huge::{HugeArena, HugeSlice};
 use crate::matmul::{RowTasks, GEMV_TASKS_PER_THREAD};
 use crate::pool::{SharedMut, ThreadPool};
 use crate::simd::{tier, Tier};
 use half::f16;
+use ishizuki_core::huge::{HugeArena, HugeSlice};
 use ishizuki_core::{GgmlType, PackedWeight, WeightView};
 use std::cell::RefCell;
 

@@ -2,8 +2,8 @@
 //! partial tiles and 1..=MAX_ROWS activation rows; and what is refused.
 use super::*;
 use crate::gemm::tests::{assert_matches_reference, dequantized, weights, TYPES};
-use crate::huge::HugeArena;
 use crate::test_rng::Rng;
+use ishizuki_core::huge::HugeArena;
 
 #[test]
 fn packed_matmul_matches_the_dequantized_product() {

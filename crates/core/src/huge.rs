@@ -27,9 +27,9 @@ unsafe impl Sync for HugeBuf {}
 impl HugeBuf {
     /// `len` zero bytes, or None when the kernel refuses the mapping.
     pub fn zeroed(len: usize) -> Option<HugeBuf> {
-        let len = len.max(1);
         let align = if len >= HUGE_PAGE { HUGE_PAGE } else { 1 };
-        let map_len = len + align - 1;
+        // mmap refuses an empty mapping
+        let map_len = len.max(1) + align - 1;
         // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
         let map = unsafe {
             libc::mmap(
@@ -155,7 +155,7 @@ mod tests {
 
     #[test]
     fn zeroed_aligned_and_writable() {
-        for len in [1, 4096, 3 << 20] {
+        for len in [0, 1, 4096, 3 << 20] {
             let mut b = HugeBuf::zeroed(len).expect("mapping");
             assert_eq!(b.len(), len);
             assert!(b.iter().all(|&v| v == 0));
@@ -163,8 +163,10 @@ mod tests {
             if len >= HUGE_PAGE {
                 assert_eq!(b.as_ptr() as usize % HUGE_PAGE, 0);
             }
-            b[len - 1] = 7;
-            assert_eq!(b[len - 1], 7);
+            if len > 0 {
+                b[len - 1] = 7;
+                assert_eq!(b[len - 1], 7);
+            }
         }
     }
 
