@@ -237,3 +237,46 @@ fn rows_sweep() {
         );
     }
 }
+
+/// GB/s of one-row packed matmuls over a weight larger than most L3s, next to the plain read
+/// bandwidth of the same bytes, 1 and 2 threads: how close decode gets to the memory's speed.
+/// `cargo test --release -p ishizuki-cpu packed_throughput -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn packed_throughput() {
+    if tier() < Tier::Avx512 {
+        return;
+    }
+    let mut rng = Rng(78);
+    for (ty, n_out, k) in [
+        (GgmlType::Q8_0, 1 << 18, 576),
+        (GgmlType::Q4_1, 1 << 19, 576),
+    ] {
+        let w = weights(ty, n_out, k, &mut rng);
+        let arena = HugeArena::default();
+        let copy = pack(&WeightView::new(ty, n_out, k, &w), &arena, &mut |_| {}).unwrap();
+        let view = WeightView {
+            packed: Some(&copy),
+            ..WeightView::new(ty, n_out, k, &w)
+        };
+        let x: Vec<f32> = (0..k).map(|_| rng.unit()).collect();
+        let mut out = vec![0f32; n_out];
+        for threads in [1, 2] {
+            let pool = ThreadPool::new(threads);
+            let mut times: Vec<f64> = (0..30)
+                .map(|_| {
+                    let start = std::time::Instant::now();
+                    matmul(&pool, &[view], &x, 1, &mut [&mut out]);
+                    start.elapsed().as_secs_f64()
+                })
+                .collect();
+            times.sort_by(f64::total_cmp);
+            let gbs = copy.bytes as f64 / times[times.len() / 2] / 1e9;
+            let mem = crate::membw::read_bandwidth(&pool, copy.bytes, 10);
+            println!(
+                "{ty} {n_out}x{k} ({} MB), {threads} threads: packed {gbs:5.1} GB/s, plain reads {mem:5.1} GB/s",
+                copy.bytes >> 20
+            );
+        }
+    }
+}

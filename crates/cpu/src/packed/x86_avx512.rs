@@ -65,14 +65,18 @@ unsafe fn tile_rows<const BITS: u8, const R: usize>(
             let at = tile * p.tile_bytes() + s * sub_bytes + PREFETCH_BYTES;
             prefetch(p.bytes(), at, sub_bytes);
         }
+        // two partial sums per row halve the chain of dependent `vpdpbusd`s
         let mut dot = [_mm512_setzero_si512(); R];
+        let mut dot2 = [_mm512_setzero_si512(); R];
         // activation quad `j` of this sub-block, broadcast
         let x = |r: usize, j: usize| _mm512_set1_epi32(aq[r].add(s * SUB / 4 + j).read_unaligned());
         if BITS == 8 {
-            for j in 0..8 {
+            for j in 0..4 {
                 let w = _mm512_load_si512(sb.add(64 * j).cast());
-                for (r, dot) in dot.iter_mut().enumerate() {
-                    *dot = _mm512_dpbusd_epi32(*dot, w, x(r, j));
+                let w2 = _mm512_load_si512(sb.add(64 * (j + 4)).cast());
+                for r in 0..R {
+                    dot[r] = _mm512_dpbusd_epi32(dot[r], w, x(r, j));
+                    dot2[r] = _mm512_dpbusd_epi32(dot2[r], w2, x(r, j + 4));
                 }
             }
         } else {
@@ -85,9 +89,9 @@ unsafe fn tile_rows<const BITS: u8, const R: usize>(
                     lo = _mm512_mask_add_epi8(lo, fifth(j), lo, _mm512_set1_epi8(16));
                     hi = _mm512_mask_add_epi8(hi, fifth(j + 4), hi, _mm512_set1_epi8(16));
                 }
-                for (r, dot) in dot.iter_mut().enumerate() {
-                    *dot = _mm512_dpbusd_epi32(*dot, lo, x(r, j));
-                    *dot = _mm512_dpbusd_epi32(*dot, hi, x(r, j + 4));
+                for r in 0..R {
+                    dot[r] = _mm512_dpbusd_epi32(dot[r], lo, x(r, j));
+                    dot2[r] = _mm512_dpbusd_epi32(dot2[r], hi, x(r, j + 4));
                 }
             }
         }
@@ -96,7 +100,8 @@ unsafe fn tile_rows<const BITS: u8, const R: usize>(
         let min = _mm512_cvtph_ps(_mm256_load_si256(heads.add(2 * NR).cast()));
         for r in 0..R {
             let d = _mm512_mul_ps(scale, _mm512_set1_ps(*ad[r].add(s)));
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r]), d, acc[r]);
+            let dot = _mm512_add_epi32(dot[r], dot2[r]);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), d, acc[r]);
             acc[r] = _mm512_fmadd_ps(min, _mm512_set1_ps(*asum[r].add(s)), acc[r]);
         }
     }
