@@ -1,8 +1,8 @@
-//! AMX-INT8 support: detection, the kernel's permission to use tile data, and the tile
+//! AMX support: detection, the kernel's permission to use tile data, and the tile
 //! operations the GEMM needs, written in stable `asm!` (core::arch's AMX intrinsics are not
 //! stable in our toolchain).
 
-/// Whether this CPU has AMX-TILE and AMX-INT8, the OS saves tile state, and the kernel granted
+/// Whether this CPU has AMX-TILE and AMX-BF16, the OS saves tile state, and the kernel granted
 /// this process tile data (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, Linux 5.16+).
 /// The permission is process-wide, so it is asked for once, before any thread touches a tile.
 pub fn usable() -> bool {
@@ -10,7 +10,7 @@ pub fn usable() -> bool {
     {
         // SAFETY: cpuid and xgetbv exist on every x86-64 CPU that reports OSXSAVE; the syscall
         // only changes this process's XSAVE permissions.
-        unsafe { x86::cpu_has_amx_int8() && x86::os_saves_tiles() && x86::request_tile_data() }
+        unsafe { x86::cpu_has_amx_bf16() && x86::os_saves_tiles() && x86::request_tile_data() }
     }
     #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
     false
@@ -23,13 +23,13 @@ mod x86 {
     const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
     const XFEATURE_XTILEDATA: libc::c_long = 18;
 
-    pub(super) unsafe fn cpu_has_amx_int8() -> bool {
+    pub(super) unsafe fn cpu_has_amx_bf16() -> bool {
         if __cpuid(0).eax < 7 {
             return false;
         }
         let edx = __cpuid_count(7, 0).edx;
-        let (amx_tile, amx_int8) = (edx >> 24 & 1 == 1, edx >> 25 & 1 == 1);
-        amx_tile && amx_int8
+        let (amx_bf16, amx_tile) = (edx >> 22 & 1 == 1, edx >> 24 & 1 == 1);
+        amx_tile && amx_bf16
     }
 
     /// XCR0 bits 17 (XTILECFG) and 18 (XTILEDATA): the OS context-switches tile state.

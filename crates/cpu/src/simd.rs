@@ -9,7 +9,7 @@ pub enum Tier {
     Avx2,
     /// AVX-512 F/BW/VL/DQ with VNNI.
     Avx512,
-    /// AVX-512 VNNI plus AMX-INT8 tiles (with the kernel's permission) for the prefill GEMM.
+    /// AVX-512 VNNI plus AMX-BF16 tiles (with the kernel's permission) for the prefill GEMM.
     Amx,
 }
 
@@ -19,7 +19,7 @@ impl Tier {
             Tier::Scalar => "scalar",
             Tier::Avx2 => "avx2",
             Tier::Avx512 => "avx512-vnni",
-            Tier::Amx => "amx-int8",
+            Tier::Amx => "amx-bf16",
         }
     }
 

@@ -5,7 +5,9 @@
 //! quantized once per call to i8 with an f32 scale per 32 and the scaled sums of each 16 and 32.
 //! The microkernel accumulates `vpdpbusd` per sub-block and applies the (scale, min) pair of
 //! every weight row as a vector, so a prefill reads each weight once and spends its time in
-//! integer dot products rather than in unpacking.
+//! integer dot products rather than in unpacking. With AMX the unpacked tile is dequantized
+//! further to bf16 and the activations rounded to bf16, so `tdpbf16ps` accumulates over all of
+//! k with no per-sub-block scaling (which bounded an AMX-INT8 kernel to VNNI's speed).
 mod acts;
 pub mod unpack;
 #[cfg(target_arch = "x86_64")]
@@ -42,6 +44,8 @@ pub struct Acts {
     pub d: Vec<f32>,
     pub sum16: Vec<f32>,
     pub sum32: Vec<f32>,
+    /// The activations rounded to bf16 instead (`round_bf16_padded`), for the AMX-BF16 kernel.
+    pub bf16: Vec<u16>,
 }
 
 impl Acts {
@@ -92,6 +96,35 @@ impl Acts {
                         std::slice::from_raw_parts_mut(s32.ptr().add(m * k / 32), k / 32),
                     )
                 }
+            }
+        });
+    }
+}
+
+impl Acts {
+    /// Rounds `rows` rows of `k` elements to bf16 into `bf16`, zero rows after the last up to
+    /// a multiple of `group`.
+    #[cfg(target_arch = "x86_64")]
+    fn round_bf16_padded(
+        &mut self,
+        pool: &ThreadPool,
+        x: &[f32],
+        rows: usize,
+        k: usize,
+        group: usize,
+    ) {
+        assert!(k.is_multiple_of(32) && x.len() == rows * k);
+        (self.k, self.rows) = (k, rows);
+        self.bf16.resize(rows.next_multiple_of(group) * k, 0);
+        self.bf16[rows * k..].fill(0);
+        let out = SharedMut(self.bf16.as_mut_ptr());
+        let per_task = rows.div_ceil(pool.n_threads() * TASKS_PER_THREAD).max(1);
+        pool.run(rows.div_ceil(per_task), &|task| {
+            let (m0, m1) = (task * per_task, ((task + 1) * per_task).min(rows));
+            // SAFETY: each task writes only its own rows; the AMX tier implies AVX-512.
+            unsafe {
+                let o = std::slice::from_raw_parts_mut(out.ptr().add(m0 * k), (m1 - m0) * k);
+                x86_amx::row_to_bf16(&x[m0 * k..m1 * k], o)
             }
         });
     }
@@ -162,17 +195,28 @@ impl Tile {
 /// The microkernel: `out[m][0..n_valid] = tile . acts[m]` for every `m` in `rows`, `out`
 /// pointing at the first row's first output and rows `ld` apart.
 /// Unsafe: the tier's instructions must exist and `out` must have room.
-type Microkernel = unsafe fn(&Tile, &Acts, Range<usize>, *mut f32, usize, usize);
+#[derive(Clone, Copy)]
+pub struct Microkernel {
+    run: unsafe fn(&Tile, &Acts, Range<usize>, *mut f32, usize, usize),
+    /// Takes the activations as bf16 (`Acts::bf16`) rather than quantized to i8.
+    bf16: bool,
+}
 
 /// The GEMM microkernel for this tier, if it has one (lower tiers keep the row-dot kernels).
 pub fn microkernel(t: Tier) -> Option<Microkernel> {
     #[cfg(target_arch = "x86_64")]
     if t >= Tier::Amx {
-        return Some(x86_amx::tile_rows);
+        return Some(Microkernel {
+            run: x86_amx::tile_rows,
+            bf16: true,
+        });
     }
     #[cfg(target_arch = "x86_64")]
     if t >= Tier::Avx512 {
-        return Some(x86_avx512::tile_rows);
+        return Some(Microkernel {
+            run: x86_avx512::tile_rows,
+            bf16: false,
+        });
     }
     let _ = t;
     None
@@ -225,6 +269,13 @@ fn gemm_with(
     let panels = rows.div_ceil(panel_rows);
     let failed = std::sync::atomic::AtomicBool::new(false);
     ACTS.with_borrow_mut(|acts| {
+        #[cfg(target_arch = "x86_64")]
+        if kernel.bf16 {
+            acts.round_bf16_padded(pool, x, rows, k, MR);
+        } else {
+            acts.quantize_padded(pool, x, rows, k, MR);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
         acts.quantize_padded(pool, x, rows, k, MR);
         let acts: &Acts = acts;
         pool.run(n_tiles * panels, &|task| {
@@ -246,7 +297,7 @@ fn gemm_with(
                 // of rows m_start..m_end, inside the (rows, n_out) output.
                 unsafe {
                     let out = outs[ji].ptr().add(m_start * w.n_out + n0);
-                    kernel(t, acts, m_start..m_end, out, w.n_out, n_valid)
+                    (kernel.run)(t, acts, m_start..m_end, out, w.n_out, n_valid)
                 };
             });
         });
