@@ -256,6 +256,7 @@ unsafe fn softmax(
 }
 
 /// `acc[l] += sum_jj w[jj][l] * v_jj` for the values `v (n, HD)`, converted a chunk at a time.
+/// `256 / HD` lanes go together, so 16 independent sums share each value row's loads.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,f16c,avx2,fma")]
 unsafe fn values<const HD: usize>(
     w: &[f32],
@@ -264,27 +265,31 @@ unsafe fn values<const HD: usize>(
     rows: &mut [f32],
     acc: &mut [f32],
 ) {
-    let n = v.len() / HD;
-    let chunk = rows.len() / HD;
+    let (n, chunk, vecs, together) = (v.len() / HD, rows.len() / HD, HD / 16, 256 / HD);
     for j0 in (0..n).step_by(chunk) {
         let m = (n - j0).min(chunk);
         convert::<HD>(&v[j0 * HD..], rows, m);
-        for l in 0..lanes {
-            let ap = acc.as_mut_ptr().add(l * HD);
-            // HD / 16 vectors of this lane's sums, in registers over the chunk
+        // lanes past `lanes` weigh every value 0 and have rows in `acc`
+        for l0 in (0..lanes).step_by(together) {
+            let ap = acc.as_mut_ptr().add(l0 * HD);
+            // lane l0 + t's vector c at `t * vecs + c`, in registers over the chunk
             let mut a: [__m512; 16] = [_mm512_setzero_ps(); 16];
-            for (c, a) in a.iter_mut().enumerate().take(HD / 16) {
-                *a = _mm512_loadu_ps(ap.add(16 * c));
+            for (i, a) in a.iter_mut().enumerate() {
+                *a = _mm512_loadu_ps(ap.add(16 * i));
             }
             for i in 0..m {
-                let wi = _mm512_set1_ps(*w.get_unchecked((j0 + i) * LANES + l));
+                let wp = w.as_ptr().add((j0 + i) * LANES + l0);
                 let r = rows.as_ptr().add(i * HD);
-                for (c, a) in a.iter_mut().enumerate().take(HD / 16) {
-                    *a = _mm512_fmadd_ps(wi, _mm512_loadu_ps(r.add(16 * c)), *a);
+                for c in 0..vecs {
+                    let x = _mm512_loadu_ps(r.add(16 * c));
+                    for t in 0..together {
+                        let at = t * vecs + c;
+                        a[at] = _mm512_fmadd_ps(_mm512_set1_ps(*wp.add(t)), x, a[at]);
+                    }
                 }
             }
-            for (c, a) in a.iter().enumerate().take(HD / 16) {
-                _mm512_storeu_ps(ap.add(16 * c), *a);
+            for (i, a) in a.iter().enumerate() {
+                _mm512_storeu_ps(ap.add(16 * i), *a);
             }
         }
     }
