@@ -192,14 +192,16 @@ impl Tile {
     }
 }
 
-/// The microkernel: `out[m][0..n_valid] = tile . acts[m]` for every `m` in `rows`, `out`
-/// pointing at the first row's first output and rows `ld` apart.
+/// The microkernel: `out[m][0..n_valid] = tiles . acts[m]` (the tiles' rows in order) for every
+/// `m` in `rows`, `out` pointing at the first row's first output and rows `ld` apart.
 /// Unsafe: the tier's instructions must exist and `out` must have room.
 #[derive(Clone, Copy)]
 pub struct Microkernel {
-    run: unsafe fn(&Tile, &Acts, Range<usize>, *mut f32, usize, usize),
+    run: unsafe fn(&[Tile], &Acts, Range<usize>, *mut f32, usize, usize),
     /// Takes the activations as bf16 (`Acts::bf16`) rather than quantized to i8.
     bf16: bool,
+    /// Adjacent weight tiles per call (the outputs' `n_valid` columns span all of them).
+    tiles: usize,
 }
 
 /// The GEMM microkernel for this tier, if it has one (lower tiers keep the row-dot kernels).
@@ -209,6 +211,7 @@ pub fn microkernel(t: Tier) -> Option<Microkernel> {
         return Some(Microkernel {
             run: x86_amx::tile_rows,
             bf16: true,
+            tiles: x86_amx::TILES,
         });
     }
     #[cfg(target_arch = "x86_64")]
@@ -216,6 +219,7 @@ pub fn microkernel(t: Tier) -> Option<Microkernel> {
         return Some(Microkernel {
             run: x86_avx512::tile_rows,
             bf16: false,
+            tiles: 1,
         });
     }
     let _ = t;
@@ -232,7 +236,7 @@ pub fn applies(ws: &[WeightView], rows: usize) -> bool {
 }
 
 thread_local! {
-    static TILE: RefCell<Tile> = RefCell::new(Tile::default());
+    static TILES: RefCell<[Tile; 2]> = RefCell::new(Default::default());
     static ACTS: RefCell<Acts> = RefCell::new(Acts::default());
 }
 
@@ -260,11 +264,13 @@ fn gemm_with(
 ) -> bool {
     let k = ws[0].n_in;
     let outs: Vec<SharedMut<f32>> = outs.iter_mut().map(|o| SharedMut(o.as_mut_ptr())).collect();
-    let tiles: Vec<usize> = ws.iter().map(|w| w.n_out.div_ceil(NR)).collect();
-    let n_tiles: usize = tiles.iter().sum();
-    // Split the rows into panels only when there are too few tiles to keep every thread busy.
+    // a task's unit: `kernel.tiles` adjacent tiles of one weight (fewer at its end)
+    let per = kernel.tiles * NR;
+    let units: Vec<usize> = ws.iter().map(|w| w.n_out.div_ceil(per)).collect();
+    let n_units: usize = units.iter().sum();
+    // Split the rows into panels only when there are too few units to keep every thread busy.
     let want = pool.n_threads() * TASKS_PER_THREAD;
-    let panels = want.div_ceil(n_tiles).min(rows.div_ceil(MR)).max(1);
+    let panels = want.div_ceil(n_units).min(rows.div_ceil(MR)).max(1);
     let panel_rows = rows.div_ceil(panels).next_multiple_of(MR);
     let panels = rows.div_ceil(panel_rows);
     let failed = std::sync::atomic::AtomicBool::new(false);
@@ -278,26 +284,29 @@ fn gemm_with(
         #[cfg(not(target_arch = "x86_64"))]
         acts.quantize_padded(pool, x, rows, k, MR);
         let acts: &Acts = acts;
-        pool.run(n_tiles * panels, &|task| {
-            let (mut tile, panel) = (task / panels, task % panels);
+        pool.run(n_units * panels, &|task| {
+            let (mut unit, panel) = (task / panels, task % panels);
             let mut ji = 0;
-            while tile >= tiles[ji] {
-                tile -= tiles[ji];
+            while unit >= units[ji] {
+                unit -= units[ji];
                 ji += 1;
             }
-            let (w, n0) = (&ws[ji], tile * NR);
-            TILE.with_borrow_mut(|t| {
-                if !t.unpack(w, n0) {
-                    failed.store(true, std::sync::atomic::Ordering::Relaxed);
-                    return;
+            let (w, n0) = (&ws[ji], unit * per);
+            let n_valid = (w.n_out - n0).min(per);
+            TILES.with_borrow_mut(|tiles| {
+                let tiles = &mut tiles[..n_valid.div_ceil(NR)];
+                for (i, t) in tiles.iter_mut().enumerate() {
+                    if !t.unpack(w, n0 + i * NR) {
+                        failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                        return;
+                    }
                 }
-                let n_valid = (w.n_out - n0).min(NR);
                 let (m_start, m_end) = (panel * panel_rows, ((panel + 1) * panel_rows).min(rows));
                 // SAFETY: the tier is supported; this task alone writes columns n0..n0 + n_valid
                 // of rows m_start..m_end, inside the (rows, n_out) output.
                 unsafe {
                     let out = outs[ji].ptr().add(m_start * w.n_out + n0);
-                    (kernel.run)(t, acts, m_start..m_end, out, w.n_out, n_valid)
+                    (kernel.run)(tiles, acts, m_start..m_end, out, w.n_out, n_valid)
                 };
             });
         });

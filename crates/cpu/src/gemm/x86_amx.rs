@@ -1,4 +1,4 @@
-//! AMX-BF16 microkernel: the tile's weights are dequantized once per call to bf16 (AMX's B
+//! AMX-BF16 microkernel: the tiles' weights are dequantized once per call to bf16 (AMX's B
 //! layout `(k / 2, 16, 2)`), the activations were rounded to bf16 once per GEMM, and
 //! `tdpbf16ps` accumulates in f32 tile registers over the whole of k. Unlike the integer
 //! kernels there is nothing to scale per sub-block, so AVX-512 only converts the weights and
@@ -13,47 +13,60 @@ use std::ops::Range;
 /// Elements of k per tile product (32 bf16 = one 64-byte tile row).
 const KSTEP: usize = 32;
 
-/// tmm0/tmm1: f32 results of two row groups; tmm2/tmm3: their activations (16 x 32 bf16);
-/// tmm4: weights (16 pair rows x 16 columns x 2 bf16).
+/// Weight tiles per call: 2 x 2 blocks of 16 x 16 results (2 row groups x 2 weight tiles)
+/// load each activation and weight tile once per two products, which halves the activation
+/// traffic from L2 that bounds a 2 x 1 block.
+pub(super) const TILES: usize = 2;
+
+/// tmm0-3: f32 results (group g, weight tile t at `2g + t`); tmm4/tmm5: the groups'
+/// activations (16 x 32 bf16); tmm6/tmm7: the weight tiles (16 pair rows x 16 x 2 bf16).
 static CONFIG: TileConfig = {
     let t = (16, 64);
-    TileConfig::new([t, t, t, t, t, (0, 0), (0, 0), (0, 0)])
+    TileConfig::new([t; 8])
 };
 
-/// One group's results: 16 rows of 16 f32.
+/// One block's results: 16 rows of 16 f32.
 #[repr(C, align(64))]
+#[derive(Clone, Copy)]
 struct Results([[f32; NR]; MR]);
 
 thread_local! {
     static WEIGHTS: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
 }
 
-/// `Microkernel` entry: pairs of 16-row groups share each weight tile load; a last single
-/// group runs alone. Activations must be bf16, padded to whole groups of `MR` rows.
+/// `Microkernel` entry: up to 2 row groups x `tiles.len()` weight tiles per step. Activations
+/// must be bf16, padded to whole groups of `MR` rows.
 pub(super) unsafe fn tile_rows(
-    t: &Tile,
+    tiles: &[Tile],
     a: &Acts,
     rows: Range<usize>,
     out: *mut f32,
     ld: usize,
     n_valid: usize,
 ) {
+    let k = a.k;
     WEIGHTS.with_borrow_mut(|w| {
-        w.resize(a.k * NR, 0);
-        weights_to_bf16(t, w);
+        w.resize(TILES * k * NR, 0);
+        for (i, t) in tiles.iter().enumerate() {
+            weights_to_bf16(t, &mut w[i * k * NR..][..k * NR]);
+        }
+        let b = [w.as_ptr(), w.as_ptr().add(k * NR)];
         CONFIG.load();
-        let mut results = [Results([[0.0; NR]; MR]), Results([[0.0; NR]; MR])];
+        let mut results = [Results([[0.0; NR]; MR]); 4];
         let mut m0 = rows.start;
         while m0 < rows.end {
-            let pair = rows.end - m0 > MR;
-            let x = a.bf16.as_ptr().add(m0 * a.k);
-            let c: [*mut Results; 2] = [&mut results[0], &mut results[1]];
-            if pair {
-                products_pair(x, a.k, w.as_ptr(), c);
-            } else {
-                products_single(x, a.k, w.as_ptr(), c[0]);
+            let groups = if rows.end - m0 > MR { 2 } else { 1 };
+            let x = [
+                a.bf16.as_ptr().add(m0 * k),
+                a.bf16.as_ptr().add((m0 + MR) * k),
+            ];
+            let c: [*mut Results; 4] = std::array::from_fn(|i| &mut results[i] as *mut _);
+            match (groups, tiles.len()) {
+                (2, 2) => products_2x2(x, b, k, c),
+                (1, 2) => products_1x2([x[0]], b, k, [c[0], c[1]]),
+                (2, _) => products_2x1(x, [b[0]], k, [c[0], c[2]]),
+                _ => products_1x1([x[0]], [b[0]], k, [c[0]]),
             }
-            let groups = if pair { 2 } else { 1 };
             let n_rows = (rows.end - m0).min(groups * MR);
             copy_out(
                 &results,
@@ -68,82 +81,139 @@ pub(super) unsafe fn tile_rows(
     });
 }
 
-/// Two groups of 16 activation rows (`x`, the second 16 rows below) times the bf16 weight
-/// tile `w`, over all `k`, into `c[0]` and `c[1]`.
-#[inline(always)]
-unsafe fn products_pair(x: *const u16, k: usize, w: *const u16, c: [*mut Results; 2]) {
-    let lda = 2 * k;
-    asm!(
-        "tilezero tmm0",
-        "tilezero tmm1",
-        "2:",
-        "tileloadd tmm4, [{w} + {ldb}*1]",
-        "tileloadd tmm2, [{a0} + {lda}*1]",
-        "tileloadd tmm3, [{a1} + {lda}*1]",
-        "tdpbf16ps tmm0, tmm2, tmm4",
-        "tdpbf16ps tmm1, tmm3, tmm4",
-        "add {w}, 1024",
-        "add {a0}, 64",
-        "add {a1}, 64",
-        "dec {n}",
-        "jnz 2b",
-        "tilestored [{c0} + {ldc}*1], tmm0",
-        "tilestored [{c1} + {ldc}*1], tmm1",
-        w = inout(reg) w => _,
-        a0 = inout(reg) x => _,
-        a1 = inout(reg) x.add(MR * k) => _,
-        n = inout(reg) k / KSTEP => _,
-        lda = in(reg) lda,
-        ldb = in(reg) 64usize,
-        c0 = in(reg) c[0],
-        c1 = in(reg) c[1],
-        ldc = in(reg) 64usize,
-        options(nostack),
-    );
+/// Tile products over all of `k` (one 32-element step per loop turn): `$loads` and `$dots`
+/// name the tile registers, `$stores` the results written out.
+macro_rules! products {
+    ($name:ident, [$($a:ident),+], [$($b:ident),+], [$($c:ident),+],
+     [$($zero:literal),+], [$($load:literal),+], [$($dot:literal),+], [$($store:literal),+]) => {
+        #[inline(always)]
+        unsafe fn $name(
+            x: [*const u16; products!(@count $($a)+)],
+            w: [*const u16; products!(@count $($b)+)],
+            k: usize,
+            c: [*mut Results; products!(@count $($c)+)],
+        ) {
+            let [$($a),+] = x;
+            let [$($b),+] = w;
+            let [$($c),+] = c;
+            asm!(
+                $(concat!("tilezero ", $zero),)+
+                "2:",
+                $($load,)+
+                $($dot,)+
+                $(concat!("add {", stringify!($a), "}, 64"),)+
+                $(concat!("add {", stringify!($b), "}, 1024"),)+
+                "dec {n}",
+                "jnz 2b",
+                $($store,)+
+                $($a = inout(reg) $a => _,)+
+                $($b = inout(reg) $b => _,)+
+                $($c = in(reg) $c,)+
+                n = inout(reg) k / KSTEP => _,
+                lda = in(reg) 2 * k,
+                l64 = in(reg) 64usize,
+                options(nostack),
+            );
+        }
+    };
+    (@count $($t:ident)+) => { 0 $(+ products!(@one $t))+ };
+    (@one $t:ident) => { 1 };
 }
 
-/// One group of 16 activation rows times the weight tile, into `c`.
-#[inline(always)]
-unsafe fn products_single(x: *const u16, k: usize, w: *const u16, c: *mut Results) {
-    asm!(
-        "tilezero tmm0",
-        "2:",
-        "tileloadd tmm4, [{w} + {ldb}*1]",
-        "tileloadd tmm2, [{a0} + {lda}*1]",
-        "tdpbf16ps tmm0, tmm2, tmm4",
-        "add {w}, 1024",
-        "add {a0}, 64",
-        "dec {n}",
-        "jnz 2b",
-        "tilestored [{c0} + {ldc}*1], tmm0",
-        w = inout(reg) w => _,
-        a0 = inout(reg) x => _,
-        n = inout(reg) k / KSTEP => _,
-        lda = in(reg) 2 * k,
-        ldb = in(reg) 64usize,
-        c0 = in(reg) c,
-        ldc = in(reg) 64usize,
-        options(nostack),
-    );
-}
+products!(
+    products_2x2,
+    [a0, a1],
+    [b0, b1],
+    [c0, c1, c2, c3],
+    ["tmm0", "tmm1", "tmm2", "tmm3"],
+    [
+        "tileloadd tmm6, [{b0} + {l64}*1]",
+        "tileloadd tmm7, [{b1} + {l64}*1]",
+        "tileloadd tmm4, [{a0} + {lda}*1]",
+        "tileloadd tmm5, [{a1} + {lda}*1]"
+    ],
+    [
+        "tdpbf16ps tmm0, tmm4, tmm6",
+        "tdpbf16ps tmm1, tmm4, tmm7",
+        "tdpbf16ps tmm2, tmm5, tmm6",
+        "tdpbf16ps tmm3, tmm5, tmm7"
+    ],
+    [
+        "tilestored [{c0} + {l64}*1], tmm0",
+        "tilestored [{c1} + {l64}*1], tmm1",
+        "tilestored [{c2} + {l64}*1], tmm2",
+        "tilestored [{c3} + {l64}*1], tmm3"
+    ]
+);
+products!(
+    products_1x2,
+    [a0],
+    [b0, b1],
+    [c0, c1],
+    ["tmm0", "tmm1"],
+    [
+        "tileloadd tmm6, [{b0} + {l64}*1]",
+        "tileloadd tmm7, [{b1} + {l64}*1]",
+        "tileloadd tmm4, [{a0} + {lda}*1]"
+    ],
+    ["tdpbf16ps tmm0, tmm4, tmm6", "tdpbf16ps tmm1, tmm4, tmm7"],
+    [
+        "tilestored [{c0} + {l64}*1], tmm0",
+        "tilestored [{c1} + {l64}*1], tmm1"
+    ]
+);
+products!(
+    products_2x1,
+    [a0, a1],
+    [b0],
+    [c0, c2],
+    ["tmm0", "tmm2"],
+    [
+        "tileloadd tmm6, [{b0} + {l64}*1]",
+        "tileloadd tmm4, [{a0} + {lda}*1]",
+        "tileloadd tmm5, [{a1} + {lda}*1]"
+    ],
+    ["tdpbf16ps tmm0, tmm4, tmm6", "tdpbf16ps tmm2, tmm5, tmm6"],
+    [
+        "tilestored [{c0} + {l64}*1], tmm0",
+        "tilestored [{c2} + {l64}*1], tmm2"
+    ]
+);
+products!(
+    products_1x1,
+    [a0],
+    [b0],
+    [c0],
+    ["tmm0"],
+    [
+        "tileloadd tmm6, [{b0} + {l64}*1]",
+        "tileloadd tmm4, [{a0} + {lda}*1]"
+    ],
+    ["tdpbf16ps tmm0, tmm4, tmm6"],
+    ["tilestored [{c0} + {l64}*1], tmm0"]
+);
 
-/// The first `n_rows` rows (of the two groups, in order) to `out`, `n_valid` columns each.
+/// The first `n_rows` rows (group 0's, then group 1's) to `out`, `n_valid` columns each
+/// (weight tile 0's 16, then tile 1's).
 #[target_feature(enable = "avx512f")]
 unsafe fn copy_out(
-    results: &[Results; 2],
+    results: &[Results; 4],
     n_rows: usize,
     out: *mut f32,
     ld: usize,
     n_valid: usize,
 ) {
-    let mask: __mmask16 = if n_valid >= NR {
-        !0
-    } else {
-        (1u16 << n_valid) - 1
-    };
-    for r in 0..n_rows {
-        let row = &results[r / MR].0[r % MR];
-        _mm512_mask_storeu_ps(out.add(r * ld), mask, _mm512_loadu_ps(row.as_ptr()));
+    for t in 0..n_valid.div_ceil(NR) {
+        let valid = (n_valid - t * NR).min(NR);
+        let mask: __mmask16 = if valid == NR { !0 } else { (1u16 << valid) - 1 };
+        for r in 0..n_rows {
+            let row = &results[2 * (r / MR) + t].0[r % MR];
+            _mm512_mask_storeu_ps(
+                out.add(r * ld + t * NR),
+                mask,
+                _mm512_loadu_ps(row.as_ptr()),
+            );
+        }
     }
 }
 

@@ -11,13 +11,14 @@ const MR: usize = 8;
 
 /// `Microkernel` entry: groups of `MR` rows, dispatched on the sub-block size and row count.
 pub(super) unsafe fn tile_rows(
-    t: &Tile,
+    tiles: &[Tile],
     a: &Acts,
     rows: Range<usize>,
     out: *mut f32,
     ld: usize,
     n_valid: usize,
 ) {
+    let t = &tiles[0];
     for m0 in rows.clone().step_by(MR) {
         let out = out.add((m0 - rows.start) * ld);
         group_rows(t, a, m0, (rows.end - m0).min(MR), out, ld, n_valid);
