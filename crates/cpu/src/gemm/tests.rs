@@ -333,3 +333,37 @@ fn gemm_fills_several_weights_of_one_input() {
         assert_eq!(out, &single, "{}", view.ty);
     }
 }
+
+/// Microseconds to unpack one packed Q4_1 tile of SmolLM2's k (576) and to convert it to bf16:
+/// `cargo test --release -p ishizuki-cpu unpack_cost -- --ignored --nocapture`.
+#[cfg(target_arch = "x86_64")]
+#[test]
+#[ignore]
+fn unpack_cost() {
+    let (ty, n_out, k) = (GgmlType::Q4_1, 1536, 576);
+    let w = weights(ty, n_out, k, &mut Rng(3));
+    let arena = ishizuki_core::huge::HugeArena::default();
+    let copy = crate::packed::pack(&WeightView::new(ty, n_out, k, &w), &arena, &mut |_| {});
+    let view = WeightView {
+        packed: copy.as_ref(),
+        ..WeightView::new(ty, n_out, k, &w)
+    };
+    let mut t = Tile::default();
+    let mut out = vec![0u16; k * NR];
+    let tiles = n_out / NR;
+    let start = std::time::Instant::now();
+    for tile in 0..tiles {
+        assert!(t.unpack(&view, tile * NR));
+    }
+    let unpack = start.elapsed().as_secs_f64() * 1e6 / tiles as f64;
+    let start = std::time::Instant::now();
+    for _ in 0..tiles {
+        // SAFETY: the tier has AVX-512 (checked by `pack` having made a copy).
+        unsafe { x86_amx::weights_to_bf16(&t, &mut out) };
+    }
+    let bf16 = start.elapsed().as_secs_f64() * 1e6 / tiles as f64;
+    println!(
+        "per tile: unpack {unpack:.2} us, to bf16 {bf16:.2} us (packed: {})",
+        copy.is_some()
+    );
+}
