@@ -77,7 +77,7 @@ pub struct Packed {
     pub kind: Kind,
     pub n_out: usize,
     pub n_in: usize,
-    /// Page-aligned, so every sub-block starts 64-byte aligned.
+    /// 64-byte aligned, so every sub-block is.
     buf: HugeSlice,
 }
 
