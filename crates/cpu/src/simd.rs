@@ -45,7 +45,8 @@ pub fn detected_tier() -> Tier {
                 && is_x86_feature_detected!("avx512vl")
                 && is_x86_feature_detected!("avx512dq")
                 && is_x86_feature_detected!("avx512vnni");
-            if avx512 && crate::amx::usable() {
+            // the AMX kernel converts its weights with AVX512-BF16
+            if avx512 && is_x86_feature_detected!("avx512bf16") && crate::amx::usable() {
                 return Tier::Amx;
             }
             if avx512 {

@@ -218,7 +218,7 @@ fn assert_matches_bf16_reference(out: &[f32], w: &WeightView, x: &[f32], rows: u
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn bf16_conversions_round_to_nearest_even() {
-    if tier() < Tier::Avx512 {
+    if tier() < Tier::Avx512 || !is_x86_feature_detected!("avx512bf16") {
         return;
     }
     let k = 256;
@@ -229,7 +229,7 @@ fn bf16_conversions_round_to_nearest_even() {
         let mut t = Tile::default();
         assert!(t.unpack(&view, 0));
         let mut out = vec![0u16; k * NR];
-        // SAFETY: the tier has AVX-512.
+        // SAFETY: the tier has AVX-512 and the CPU AVX512-BF16.
         unsafe { x86_amx::weights_to_bf16(&t, &mut out) };
         for n in 0..NR {
             for e in 0..k {
@@ -340,6 +340,9 @@ fn gemm_fills_several_weights_of_one_input() {
 #[test]
 #[ignore]
 fn unpack_cost() {
+    if tier() < Tier::Avx512 || !is_x86_feature_detected!("avx512bf16") {
+        return;
+    }
     let (ty, n_out, k) = (GgmlType::Q4_1, 1536, 576);
     let w = weights(ty, n_out, k, &mut Rng(3));
     let arena = ishizuki_core::huge::HugeArena::default();
@@ -358,7 +361,7 @@ fn unpack_cost() {
     let unpack = start.elapsed().as_secs_f64() * 1e6 / tiles as f64;
     let start = std::time::Instant::now();
     for _ in 0..tiles {
-        // SAFETY: the tier has AVX-512 (checked by `pack` having made a copy).
+        // SAFETY: checked above.
         unsafe { x86_amx::weights_to_bf16(&t, &mut out) };
     }
     let bf16 = start.elapsed().as_secs_f64() * 1e6 / tiles as f64;

@@ -234,25 +234,33 @@ unsafe fn round_bf16(v: __m512) -> __m512i {
 
 /// The tile's weights `scale * q + min` (one rounding, then to bf16) in AMX's B layout: pair
 /// row `p` holds, for each of the 16 weight rows, elements `2p` and `2p + 1`.
-#[target_feature(enable = "avx512f,avx512bw")]
+/// `vcvtne2ps2bf16` rounds to nearest even as `round_bf16` does; it also flushes f32
+/// denormals, which no weight is (the smallest f16 scale is 6e-8) and AMX ignores anyway.
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
 pub(super) unsafe fn weights_to_bf16(t: &Tile, out: &mut [u16]) {
     let k = t.q.len() / NR;
     debug_assert!(out.len() >= k * NR);
     let byte = _mm512_set1_epi32(0xff);
+    // 16-bit element 2n of the result from `b`'s lane n, 2n + 1 from `a`'s lane n
+    let interleave = _mm512_set_epi16(
+        31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4,
+        19, 3, 18, 2, 17, 1, 16, 0,
+    );
     for j in 0..k / 4 {
         // lane n: elements 4j..4j + 4 of weight row n
         let quads = _mm512_loadu_si512(t.q.as_ptr().add(64 * j).cast());
         let s = 4 * j / t.sub;
         let scale = _mm512_loadu_ps(t.scale.as_ptr().add(s * NR));
         let min = _mm512_loadu_ps(t.min.as_ptr().add(s * NR));
-        let element = |i: u32| {
-            let q = _mm512_and_si512(
-                _mm512_srlv_epi32(quads, _mm512_set1_epi32(8 * i as i32)),
-                byte,
-            );
-            round_bf16(_mm512_fmadd_ps(_mm512_cvtepi32_ps(q), scale, min))
+        let element = |i: i32| {
+            let q = _mm512_and_si512(_mm512_srlv_epi32(quads, _mm512_set1_epi32(8 * i)), byte);
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), scale, min)
         };
-        let pair = |i: u32| _mm512_or_si512(element(i), _mm512_slli_epi32::<16>(element(i + 1)));
+        let pair = |i: i32| {
+            let both: __m512i =
+                std::mem::transmute(_mm512_cvtne2ps_pbh(element(i + 1), element(i)));
+            _mm512_permutexvar_epi16(interleave, both)
+        };
         _mm512_storeu_si512(out.as_mut_ptr().add(64 * j).cast(), pair(0));
         _mm512_storeu_si512(out.as_mut_ptr().add(64 * j + 32).cast(), pair(2));
     }
