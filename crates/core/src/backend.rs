@@ -8,6 +8,9 @@ pub struct PackedWeight {
     /// Memory the copy holds.
     pub bytes: usize,
     pub data: Box<dyn Any + Send + Sync>,
+    /// A copy of the weight's bytes in the file's own layout, held where the backend reads it
+    /// fastest (huge pages, say); views then read `data` from it instead of the file.
+    pub resident: Option<crate::huge::HugeSlice>,
 }
 
 impl std::fmt::Debug for PackedWeight {

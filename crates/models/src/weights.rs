@@ -17,14 +17,14 @@ pub struct Weight {
 
 impl Weight {
     pub fn view<'a>(&'a self, file: &'a GgufFile) -> WeightView<'a> {
+        let packed = self.packed.as_deref();
+        let data = match packed.and_then(|p| p.resident.as_deref()) {
+            Some(copy) => copy,
+            None => file.tensor_data(&self.info),
+        };
         WeightView {
-            packed: self.packed.as_deref(),
-            ..WeightView::new(
-                self.info.ty,
-                self.n_out,
-                self.n_in,
-                file.tensor_data(&self.info),
-            )
+            packed,
+            ..WeightView::new(self.info.ty, self.n_out, self.n_in, data)
         }
     }
 

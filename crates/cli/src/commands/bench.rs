@@ -196,7 +196,10 @@ pub fn run(a: BenchArgs) -> CliResult {
     if let Some(peak) = peak {
         eprintln!("peak memory: {:.1} MiB", mib(peak));
     }
-    eprintln!("weights repacked at load: {:.1} MiB", mib(packed as u64));
+    eprintln!(
+        "weights repacked or copied to huge pages at load: {:.1} MiB",
+        mib(packed as u64)
+    );
     if a.profile {
         profiled.print(wall);
     }

@@ -231,21 +231,39 @@ fn put_f16(at: &mut [u8], v: f32) -> Option<()> {
     (h.to_f32() == v).then(|| at[..2].copy_from_slice(&h.to_le_bytes()))
 }
 
-/// The CPU backend's `pack`: a packed copy when this tier has the packed kernels.
+/// The CPU backend's `pack`: a packed copy when this tier has the packed kernels for `w`'s
+/// type, else a resident copy of its bytes in huge pages (decode streams every weight once per
+/// token, and file pages are 4 KiB).
 pub fn pack(
     w: &WeightView,
     arena: &HugeArena,
     consumed: &mut dyn FnMut(&[u8]),
 ) -> Option<PackedWeight> {
-    if tier() < Tier::Avx512 {
-        return None;
+    if tier() >= Tier::Avx512 && Kind::of(w.ty).is_some() {
+        let p = Packed::new(arena, w, consumed)?;
+        return Some(PackedWeight {
+            bytes: p.buf.len(),
+            data: Box::new(p),
+            resident: None,
+        });
     }
-    let p = Packed::new(arena, w, consumed)?;
+    let mut copy = arena.alloc(w.data.len())?;
+    for (dst, src) in copy
+        .chunks_mut(RESIDENT_CHUNK)
+        .zip(w.data.chunks(RESIDENT_CHUNK))
+    {
+        dst.copy_from_slice(src);
+        consumed(src);
+    }
     Some(PackedWeight {
-        bytes: p.buf.len(),
-        data: Box::new(p),
+        bytes: copy.len(),
+        data: Box::new(()),
+        resident: Some(copy),
     })
 }
+
+/// Bytes copied between hand-backs of the file's pages when making a resident copy.
+const RESIDENT_CHUNK: usize = 1 << 20;
 
 /// The CPU backend's packed copy of `w`, if it has one.
 pub fn packed<'a>(w: &WeightView<'a>) -> Option<&'a Packed> {
