@@ -280,3 +280,25 @@ fn packed_throughput() {
         }
     }
 }
+
+/// A type without a packed layout gets a resident copy of its bytes, handed back to the caller
+/// piece by piece, and no packed kernels.
+#[test]
+fn other_types_get_a_resident_copy() {
+    let (ty, n_out, k) = (GgmlType::Q4_K, 40, 512);
+    let w = weights(ty, n_out, k, &mut Rng(9));
+    let view = WeightView::new(ty, n_out, k, &w);
+    let mut handed_back = 0;
+    let copy = pack(&view, &HugeArena::default(), &mut |done| {
+        handed_back += done.len()
+    })
+    .expect("a resident copy");
+    assert_eq!(handed_back, w.len());
+    assert_eq!(copy.bytes, w.len());
+    assert_eq!(copy.resident.as_deref(), Some(&w[..]));
+    let view = WeightView {
+        packed: Some(&copy),
+        ..view
+    };
+    assert!(packed(&view).is_none() && !applies(&[view], 1));
+}
