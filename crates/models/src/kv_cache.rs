@@ -17,11 +17,17 @@ pub struct KvCache {
 impl KvCache {
     pub fn new(c: &TransformerConfig, n_ctx: usize) -> KvCache {
         let kv_dim = c.kv_dim();
-        let bytes = c.n_layer * 2 * n_ctx * kv_dim * std::mem::size_of::<f16>();
-        let data = HugeBuf::zeroed(bytes).unwrap_or_else(|| {
-            // what a Vec does when memory runs out
-            std::alloc::handle_alloc_error(std::alloc::Layout::array::<f16>(bytes / 2).unwrap())
-        });
+        // what a Vec does: a size past the address space is a capacity overflow
+        let layout = std::alloc::Layout::array::<f16>(
+            [c.n_layer, 2, n_ctx, kv_dim]
+                .iter()
+                .try_fold(1usize, |n, &d| n.checked_mul(d))
+                .expect("KV cache capacity overflow"),
+        )
+        .expect("KV cache capacity overflow");
+        // and one the kernel refuses is out of memory
+        let data = HugeBuf::zeroed(layout.size())
+            .unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
         KvCache {
             n_ctx,
             head_dim: c.head_dim,
