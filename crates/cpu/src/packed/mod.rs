@@ -11,9 +11,14 @@
 //!   `jq` bit `4 n + i` = bit 4 of `q[n][4jq+i]`;
 //! - `Bytes` (8-bit): 8 x 64 bytes, byte `64 j + 4 n + i` = `q[n][4j+i]`.
 //!
-//! Only types whose scales and mins are exact in f16 are packed (the legacy 32-element ones),
-//! so the packed product is the file's. The packed copy also feeds the GEMM's tile unpacking
-//! and the embedding lookup, so the file's pages of a packed weight are not read again.
+//! Q4_K (`NibblesK`) groups 8 sub-blocks of `Nibbles` quants into a super-block followed by
+//! its heads as the file has them (f16 `d` and `-dmin`, 6-bit scales and mins as bytes), so the
+//! copy stays the file's size and its products the file's.
+//!
+//! Only types whose scales and mins are exact in f16 are packed (the legacy 32-element ones
+//! and Q4_K), so the packed product is the file's. The packed copy also feeds the GEMM's tile
+//! unpacking and the embedding lookup, so the file's pages of a packed weight are not read
+//! again.
 #[cfg(target_arch = "x86_64")]
 mod x86_avx512;
 
@@ -27,6 +32,7 @@ use crate::simd::{tier, Tier};
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 use ishizuki_core::huge::{HugeArena, HugeSlice};
+use ishizuki_core::quant::{get_scale_min_k4, BlockQ4K};
 use ishizuki_core::{GgmlType, PackedWeight, WeightView};
 use std::cell::RefCell;
 
@@ -45,7 +51,15 @@ pub enum Kind {
     Nibbles,
     Nibbles5,
     Bytes,
+    /// Q4_K: nibbles as `Nibbles`, heads per super-block (see `K_HEADS`).
+    NibblesK,
 }
+
+/// Sub-blocks per K-quant super-block.
+const K_SUBS: usize = 8;
+/// Heads of a `NibblesK` super-block after its 8 sub-blocks' quants: 16 f16 `d`, 16 f16
+/// `-dmin`, then 8 x 16 u8 sub-block scales and 8 x 16 u8 mins (`x = d sc q + (-dmin) m`).
+const K_HEADS: usize = 2 * NR * 2 + 2 * K_SUBS * NR;
 
 impl Kind {
     fn of(ty: GgmlType) -> Option<Kind> {
@@ -54,6 +68,7 @@ impl Kind {
             Q4_0 | Q4_1 => Some(Kind::Nibbles),
             Q5_0 | Q5_1 => Some(Kind::Nibbles5),
             Q8_0 => Some(Kind::Bytes),
+            Q4_K => Some(Kind::NibblesK),
             _ => None,
         }
     }
@@ -61,15 +76,52 @@ impl Kind {
     /// Bytes of one sub-block's quants for a tile.
     pub const fn quant_bytes(self) -> usize {
         match self {
-            Kind::Nibbles => 256,
+            Kind::Nibbles | Kind::NibblesK => 256,
             Kind::Nibbles5 => 256 + 64,
             Kind::Bytes => 512,
         }
     }
 
-    /// Bytes of one sub-block of a tile: quants, 16 f16 scales, 16 f16 mins.
-    pub const fn sub_bytes(self) -> usize {
-        self.quant_bytes() + 2 * NR * 2
+    /// Sub-blocks in the group a tile repeats: a super-block for K-quants, else one.
+    pub const fn group_subs(self) -> usize {
+        match self {
+            Kind::NibblesK => K_SUBS,
+            _ => 1,
+        }
+    }
+
+    /// Bytes of one group of a tile: its sub-blocks' quants, then their heads (for the legacy
+    /// kinds 16 f16 scales and 16 f16 mins).
+    pub const fn group_bytes(self) -> usize {
+        match self {
+            Kind::NibblesK => K_SUBS * 256 + K_HEADS,
+            _ => self.quant_bytes() + 2 * NR * 2,
+        }
+    }
+
+    /// Offset in a tile of sub-block `s`'s quants.
+    pub const fn quants_at(self, s: usize) -> usize {
+        s / self.group_subs() * self.group_bytes() + s % self.group_subs() * self.quant_bytes()
+    }
+
+    /// Offset in a tile of the heads of the group holding sub-block `s`.
+    pub const fn heads_at(self, s: usize) -> usize {
+        let g = self.group_subs();
+        s / g * self.group_bytes() + g * self.quant_bytes()
+    }
+
+    /// Row `n`'s (scale, min) of sub-block `s`, read from `tile`.
+    fn head(self, tile: &[u8], s: usize, n: usize) -> (f32, f32) {
+        let h = &tile[self.heads_at(s)..];
+        let f16_at = |i: usize| f16::from_le_bytes([h[2 * i], h[2 * i + 1]]).to_f32();
+        match self {
+            Kind::NibblesK => {
+                let (j, at) = (s % K_SUBS, 4 * NR);
+                let (sc, m) = (h[at + j * NR + n], h[at + (K_SUBS + j) * NR + n]);
+                (f16_at(n) * sc as f32, f16_at(NR + n) * m as f32)
+            }
+            _ => (f16_at(n), f16_at(NR + n)),
+        }
     }
 }
 
@@ -84,7 +136,7 @@ pub struct Packed {
 
 impl Packed {
     pub fn tile_bytes(&self) -> usize {
-        self.n_in / SUB * self.kind.sub_bytes()
+        self.n_in / SUB / self.kind.group_subs() * self.kind.group_bytes()
     }
 
     pub fn n_tiles(&self) -> usize {
@@ -104,11 +156,12 @@ impl Packed {
     ) -> Option<Packed> {
         let kind = Kind::of(w.ty)?;
         let (k, row_bytes) = (w.n_in, w.row_bytes().ok()?);
-        if !k.is_multiple_of(SUB) || w.data.len() != row_bytes * w.n_out {
+        let group = SUB * kind.group_subs();
+        if !k.is_multiple_of(group) || w.data.len() != row_bytes * w.n_out {
             return None;
         }
         let n_tiles = w.n_out.div_ceil(NR);
-        let tile_bytes = k / SUB * kind.sub_bytes();
+        let tile_bytes = k / group * kind.group_bytes();
         let mut p = Packed {
             kind,
             n_out: w.n_out,
@@ -121,12 +174,19 @@ impl Packed {
             if !unpack::unpack_row(w.ty, src, &mut q, &mut scale, &mut min) {
                 return None;
             }
-            let tile = &mut p.buf[r / NR * tile_bytes..][..tile_bytes];
-            for (s, sub) in tile.chunks_exact_mut(kind.sub_bytes()).enumerate() {
-                kind.put_quants(sub, r % NR, &q[s * SUB..][..SUB]);
-                let heads = &mut sub[kind.quant_bytes()..];
-                put_f16(&mut heads[2 * (r % NR)..], scale[s])?;
-                put_f16(&mut heads[2 * (NR + r % NR)..], min[s])?;
+            let (tile, n) = (&mut p.buf[r / NR * tile_bytes..][..tile_bytes], r % NR);
+            for s in 0..k / SUB {
+                let at = kind.quants_at(s);
+                kind.put_quants(&mut tile[at..], n, &q[s * SUB..][..SUB]);
+            }
+            if kind == Kind::NibblesK {
+                put_k_heads(tile, n, src)?;
+            } else {
+                for s in 0..k / SUB {
+                    let heads = &mut tile[kind.heads_at(s)..];
+                    put_f16(&mut heads[2 * n..], scale[s])?;
+                    put_f16(&mut heads[2 * (NR + n)..], min[s])?;
+                }
             }
             if (r + 1) % RELEASE_ROWS == 0 || r + 1 == w.n_out {
                 let first = r / RELEASE_ROWS * RELEASE_ROWS;
@@ -141,14 +201,14 @@ impl Packed {
     /// Tile `tile` in the GEMM's unpacked form: `q` as `(n_in / 4, NR, 4)` u8, `scale` and `min`
     /// as `(n_in / 32, NR)`.
     pub fn unpack_tile(&self, tile: usize, q: &mut [u8], scale: &mut [f32], min: &mut [f32]) {
-        let (sub_bytes, quant_bytes) = (self.kind.sub_bytes(), self.kind.quant_bytes());
         let src = &self.bytes()[tile * self.tile_bytes()..][..self.tile_bytes()];
-        for (s, sub) in src.chunks_exact(sub_bytes).enumerate() {
+        for s in 0..self.n_in / SUB {
+            let sub = &src[self.kind.quants_at(s)..];
             // the 8 quads of this sub-block, 64 bytes each
             let quads = &mut q[s * 8 * 64..][..8 * 64];
             match self.kind {
                 Kind::Bytes => quads.copy_from_slice(&sub[..512]),
-                Kind::Nibbles | Kind::Nibbles5 => {
+                Kind::Nibbles | Kind::Nibbles5 | Kind::NibblesK => {
                     let (lo, hi) = quads.split_at_mut(4 * 64);
                     for ((l, h), &v) in lo.iter_mut().zip(hi.iter_mut()).zip(&sub[..256]) {
                         (*l, *h) = (v & 0x0f, v >> 4);
@@ -166,10 +226,27 @@ impl Packed {
                     }
                 }
             }
-            // 16 scales then 16 mins; one vector conversion each rather than a call per value
-            let heads: &[f16] = bytemuck::cast_slice(&sub[quant_bytes..][..4 * NR]);
-            heads[..NR].convert_to_f32_slice(&mut scale[s * NR..][..NR]);
-            heads[NR..].convert_to_f32_slice(&mut min[s * NR..][..NR]);
+            let (scale, min) = (&mut scale[s * NR..][..NR], &mut min[s * NR..][..NR]);
+            if self.kind == Kind::NibblesK {
+                // d and -dmin of the super-block times the sub-block's byte scales and mins
+                let h = &src[self.kind.heads_at(s)..][..K_HEADS];
+                let mut d = [0f32; 2 * NR];
+                let halves: &[f16] = bytemuck::cast_slice(&h[..4 * NR]);
+                halves.convert_to_f32_slice(&mut d);
+                let j = s % K_SUBS;
+                let (sc, m) = (
+                    &h[4 * NR + j * NR..][..NR],
+                    &h[4 * NR + (K_SUBS + j) * NR..][..NR],
+                );
+                for n in 0..NR {
+                    (scale[n], min[n]) = (d[n] * sc[n] as f32, d[NR + n] * m[n] as f32);
+                }
+            } else {
+                // 16 scales then 16 mins; a vector conversion each rather than a call per value
+                let heads: &[f16] = bytemuck::cast_slice(&src[self.kind.heads_at(s)..][..4 * NR]);
+                heads[..NR].convert_to_f32_slice(scale);
+                heads[NR..].convert_to_f32_slice(min);
+            }
         }
     }
 }
@@ -178,20 +255,16 @@ impl Packed {
     /// Row `r` dequantized into `out` (`n_in` values): the embedding lookup of a table whose
     /// packed copy is the one kept resident. Signed types give the file's values exactly.
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
-        let (sub_bytes, quant_bytes) = (self.kind.sub_bytes(), self.kind.quant_bytes());
         let (tile, n) = (r / NR, r % NR);
         let src = &self.bytes()[tile * self.tile_bytes()..][..self.tile_bytes()];
-        for (sub, o) in src.chunks_exact(sub_bytes).zip(out.chunks_exact_mut(SUB)) {
-            let head = |i: usize| {
-                let at = quant_bytes + 2 * i;
-                f16::from_le_bytes([sub[at], sub[at + 1]]).to_f32()
-            };
-            let (scale, min) = (head(n), head(NR + n));
+        for (s, o) in out.chunks_exact_mut(SUB).enumerate() {
+            let sub = &src[self.kind.quants_at(s)..];
+            let (scale, min) = self.kind.head(src, s, n);
             for (e, o) in o.iter_mut().enumerate() {
                 let (quad, lane) = (e / 4, 4 * n + e % 4);
                 let q = match self.kind {
                     Kind::Bytes => sub[64 * quad + lane],
-                    Kind::Nibbles | Kind::Nibbles5 => {
+                    Kind::Nibbles | Kind::Nibbles5 | Kind::NibblesK => {
                         let nibble = sub[64 * (quad % 4) + lane] >> (4 * (quad / 4)) & 0x0f;
                         let fifth = self.kind == Kind::Nibbles5
                             && sub[256 + 8 * quad + lane / 8] >> (lane % 8) & 1 == 1;
@@ -212,7 +285,7 @@ impl Kind {
             let (quad, i) = (e / 4, e % 4);
             match self {
                 Kind::Bytes => sub[64 * quad + 4 * n + i] = v,
-                Kind::Nibbles | Kind::Nibbles5 => {
+                Kind::Nibbles | Kind::Nibbles5 | Kind::NibblesK => {
                     let at = 64 * (quad % 4) + 4 * n + i;
                     sub[at] |= (v & 0x0f) << (4 * (quad / 4));
                     if self == Kind::Nibbles5 && v & 0x10 != 0 {
@@ -223,6 +296,25 @@ impl Kind {
             }
         }
     }
+}
+
+/// Row `n`'s heads of every super-block of the Q4_K row `src` into `tile`: `d` and `-dmin`
+/// as they are (f16), the 6-bit scales and mins as bytes. None for a short row.
+fn put_k_heads(tile: &mut [u8], n: usize, src: &[u8]) -> Option<()> {
+    let kind = Kind::NibblesK;
+    for (b, block) in src.chunks(GgmlType::Q4_K.type_size()).enumerate() {
+        let block: &BlockQ4K = bytemuck::try_from_bytes(block).ok()?;
+        let heads = &mut tile[kind.heads_at(b * K_SUBS)..][..K_HEADS];
+        heads[2 * n..][..2].copy_from_slice(&block.d);
+        // the sign is the top bit of the second byte
+        heads[2 * (NR + n)..][..2].copy_from_slice(&[block.dmin[0], block.dmin[1] ^ 0x80]);
+        for j in 0..K_SUBS {
+            let (sc, m) = get_scale_min_k4(j, &block.scales);
+            heads[4 * NR + j * NR + n] = sc;
+            heads[4 * NR + (K_SUBS + j) * NR + n] = m;
+        }
+    }
+    Some(())
 }
 
 /// Stores `v` as f16 if that is exact.

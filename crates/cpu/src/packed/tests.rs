@@ -14,7 +14,9 @@ fn packed_matmul_matches_the_dequantized_product() {
     let pool = ThreadPool::new(2);
     let packable = TYPES.iter().filter(|&&ty| Kind::of(ty).is_some());
     for &ty in packable {
-        for (k, n_out) in [(32, 16), (96, 40), (576, 75)] {
+        for (k, n_out) in [(32usize, 16), (96, 40), (576, 75)] {
+            // whole blocks: 256, 256, 768 for a K-quant
+            let k = k.next_multiple_of(ty.block_size());
             let mut rng = Rng(0x9ac4 ^ ty as u64 ^ k as u64);
             let wq = weights(ty, n_out, k, &mut rng);
             let wf = dequantized(ty, &wq, n_out, k);
@@ -79,7 +81,7 @@ fn several_packed_weights_share_one_call() {
 #[test]
 fn unpackable_weights_are_refused() {
     let mut rng = Rng(3);
-    for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::IQ4_XS] {
+    for ty in [GgmlType::Q6_K, GgmlType::IQ4_XS] {
         let w = weights(ty, 16, 256, &mut rng);
         assert!(
             Packed::new(
@@ -140,7 +142,7 @@ fn packed_tiles_unpack_to_the_gemm_form() {
     let mut rng = Rng(21);
     let packable = TYPES.iter().filter(|&&ty| Kind::of(ty).is_some());
     for &ty in packable {
-        let (n_out, k) = (20, 96);
+        let (n_out, k) = (20, 96usize.next_multiple_of(ty.block_size()));
         let w = weights(ty, n_out, k, &mut rng);
         let view = WeightView::new(ty, n_out, k, &w);
         let p = Packed::new(&HugeArena::default(), &view, &mut |_| {}).unwrap();
@@ -167,7 +169,7 @@ fn packed_rows_dequantize_like_the_file() {
     let mut rng = Rng(34);
     let packable = TYPES.iter().filter(|&&ty| Kind::of(ty).is_some());
     for &ty in packable {
-        let (n_out, k) = (19, 64);
+        let (n_out, k) = (19, 64usize.next_multiple_of(ty.block_size()));
         let w = weights(ty, n_out, k, &mut rng);
         let want = dequantized(ty, &w, n_out, k);
         let p = Packed::new(
@@ -285,7 +287,7 @@ fn packed_throughput() {
 /// piece by piece, and no packed kernels.
 #[test]
 fn other_types_get_a_resident_copy() {
-    let (ty, n_out, k) = (GgmlType::Q4_K, 40, 512);
+    let (ty, n_out, k) = (GgmlType::Q6_K, 40, 512);
     let w = weights(ty, n_out, k, &mut Rng(9));
     let view = WeightView::new(ty, n_out, k, &w);
     let mut handed_back = 0;

@@ -14,16 +14,16 @@ const MR: usize = 8;
 /// dispatched on the quant kind and the group's size.
 pub(super) unsafe fn tiles(p: &Packed, tiles: Range<usize>, a: &Acts, rows: usize, out: *mut f32) {
     macro_rules! go {
-        ($kind:literal, $tile:expr, $m0:expr, $out:expr) => {
+        ($kind:literal, $kq:literal, $tile:expr, $m0:expr, $out:expr) => {
             match (rows - $m0).min(MR) {
-                1 => tile_rows::<$kind, 1>(p, $tile, a, $m0, $out),
-                2 => tile_rows::<$kind, 2>(p, $tile, a, $m0, $out),
-                3 => tile_rows::<$kind, 3>(p, $tile, a, $m0, $out),
-                4 => tile_rows::<$kind, 4>(p, $tile, a, $m0, $out),
-                5 => tile_rows::<$kind, 5>(p, $tile, a, $m0, $out),
-                6 => tile_rows::<$kind, 6>(p, $tile, a, $m0, $out),
-                7 => tile_rows::<$kind, 7>(p, $tile, a, $m0, $out),
-                _ => tile_rows::<$kind, MR>(p, $tile, a, $m0, $out),
+                1 => tile_rows::<$kind, $kq, 1>(p, $tile, a, $m0, $out),
+                2 => tile_rows::<$kind, $kq, 2>(p, $tile, a, $m0, $out),
+                3 => tile_rows::<$kind, $kq, 3>(p, $tile, a, $m0, $out),
+                4 => tile_rows::<$kind, $kq, 4>(p, $tile, a, $m0, $out),
+                5 => tile_rows::<$kind, $kq, 5>(p, $tile, a, $m0, $out),
+                6 => tile_rows::<$kind, $kq, 6>(p, $tile, a, $m0, $out),
+                7 => tile_rows::<$kind, $kq, 7>(p, $tile, a, $m0, $out),
+                _ => tile_rows::<$kind, $kq, MR>(p, $tile, a, $m0, $out),
             }
         };
     }
@@ -31,18 +31,19 @@ pub(super) unsafe fn tiles(p: &Packed, tiles: Range<usize>, a: &Acts, rows: usiz
         for m0 in (0..rows).step_by(MR) {
             let out = out.add(m0 * p.n_out + (tile - tiles.start) * NR);
             match p.kind {
-                Kind::Nibbles => go!(4, tile, m0, out),
-                Kind::Nibbles5 => go!(5, tile, m0, out),
-                Kind::Bytes => go!(8, tile, m0, out),
+                Kind::Nibbles => go!(4, false, tile, m0, out),
+                Kind::Nibbles5 => go!(5, false, tile, m0, out),
+                Kind::Bytes => go!(8, false, tile, m0, out),
+                Kind::NibblesK => go!(4, true, tile, m0, out),
             }
         }
     }
 }
 
-/// Activation rows `m0..m0 + R` against one tile of `BITS`-bit quants; `out` at the tile's
-/// first column of row `m0`, rows `n_out` apart.
+/// Activation rows `m0..m0 + R` against one tile of `BITS`-bit quants, with K-quant heads
+/// per super-block when `KQ`; `out` at the tile's first column of row `m0`, rows `n_out` apart.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c")]
-unsafe fn tile_rows<const BITS: u8, const R: usize>(
+unsafe fn tile_rows<const BITS: u8, const KQ: bool, const R: usize>(
     p: &Packed,
     tile: usize,
     a: &Acts,
@@ -50,20 +51,23 @@ unsafe fn tile_rows<const BITS: u8, const R: usize>(
     out: *mut f32,
 ) {
     let (k, n_sub) = (p.n_in, p.n_in / SUB);
-    let (sub_bytes, quant_bytes) = (p.kind.sub_bytes(), p.kind.quant_bytes());
+    let kind = p.kind;
     let base = p.bytes().as_ptr().add(tile * p.tile_bytes());
+    // a sub-block's share of its group's bytes, as much as is prefetched per sub-block
+    let stride = kind.group_bytes() / kind.group_subs();
+    let (mut d, mut neg_dmin) = (_mm512_setzero_ps(), _mm512_setzero_ps());
     let aq: [*const i32; R] = std::array::from_fn(|r| a.q.as_ptr().add((m0 + r) * k).cast());
     let ad: [*const f32; R] = std::array::from_fn(|r| a.d.as_ptr().add((m0 + r) * n_sub));
     let asum: [*const f32; R] = std::array::from_fn(|r| a.sum32.as_ptr().add((m0 + r) * n_sub));
     let low4 = _mm512_set1_epi8(0x0f);
     let mut acc = [_mm512_setzero_ps(); R];
     for s in 0..n_sub {
-        let sb = base.add(s * sub_bytes);
+        let sb = base.add(kind.quants_at(s));
         if m0 == 0 {
             // a few lines a sub-block keep the stream ahead without bursts that fill the
             // line-fill buffers
-            let at = tile * p.tile_bytes() + s * sub_bytes + PREFETCH_BYTES;
-            prefetch(p.bytes(), at, sub_bytes);
+            let at = tile * p.tile_bytes() + s * stride + PREFETCH_BYTES;
+            prefetch(p.bytes(), at, stride);
         }
         // two partial sums per row halve the chain of dependent `vpdpbusd`s
         let mut dot = [_mm512_setzero_si512(); R];
@@ -95,9 +99,28 @@ unsafe fn tile_rows<const BITS: u8, const R: usize>(
                 }
             }
         }
-        let heads = sb.add(quant_bytes);
-        let scale = _mm512_cvtph_ps(_mm256_load_si256(heads.cast()));
-        let min = _mm512_cvtph_ps(_mm256_load_si256(heads.add(2 * NR).cast()));
+        let heads = base.add(kind.heads_at(s));
+        let (scale, min) = if KQ {
+            // d and -dmin once per super-block, times this sub-block's 6-bit scale and min
+            let j = s % kind.group_subs();
+            if j == 0 {
+                d = _mm512_cvtph_ps(_mm256_load_si256(heads.cast()));
+                neg_dmin = _mm512_cvtph_ps(_mm256_load_si256(heads.add(2 * NR).cast()));
+            }
+            let bytes = |at: usize| {
+                _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(heads.add(at).cast())))
+            };
+            let n_subs = kind.group_subs();
+            (
+                _mm512_mul_ps(d, bytes(4 * NR + j * NR)),
+                _mm512_mul_ps(neg_dmin, bytes(4 * NR + (n_subs + j) * NR)),
+            )
+        } else {
+            (
+                _mm512_cvtph_ps(_mm256_load_si256(heads.cast())),
+                _mm512_cvtph_ps(_mm256_load_si256(heads.add(2 * NR).cast())),
+            )
+        };
         for r in 0..R {
             let d = _mm512_mul_ps(scale, _mm512_set1_ps(*ad[r].add(s)));
             let dot = _mm512_add_epi32(dot[r], dot2[r]);
