@@ -53,8 +53,15 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const R: usize>(
     let (k, n_sub) = (p.n_in, p.n_in / SUB);
     let kind = p.kind;
     let base = p.bytes().as_ptr().add(tile * p.tile_bytes());
+    // `Kind::quants_at` and `heads_at` with the group's sub-blocks a constant (no division)
+    let (subs, group_bytes, quant_bytes) = (
+        if KQ { 8 } else { 1 },
+        kind.group_bytes(),
+        kind.quant_bytes(),
+    );
+    debug_assert_eq!(subs, kind.group_subs());
     // a sub-block's share of its group's bytes, as much as is prefetched per sub-block
-    let stride = kind.group_bytes() / kind.group_subs();
+    let stride = group_bytes / subs;
     let (mut d, mut neg_dmin) = (_mm512_setzero_ps(), _mm512_setzero_ps());
     let aq: [*const i32; R] = std::array::from_fn(|r| a.q.as_ptr().add((m0 + r) * k).cast());
     let ad: [*const f32; R] = std::array::from_fn(|r| a.d.as_ptr().add((m0 + r) * n_sub));
@@ -62,7 +69,8 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const R: usize>(
     let low4 = _mm512_set1_epi8(0x0f);
     let mut acc = [_mm512_setzero_ps(); R];
     for s in 0..n_sub {
-        let sb = base.add(kind.quants_at(s));
+        let group = base.add(s / subs * group_bytes);
+        let sb = group.add(s % subs * quant_bytes);
         if m0 == 0 {
             // a few lines a sub-block keep the stream ahead without bursts that fill the
             // line-fill buffers
@@ -99,10 +107,10 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const R: usize>(
                 }
             }
         }
-        let heads = base.add(kind.heads_at(s));
+        let heads = group.add(subs * quant_bytes);
         let (scale, min) = if KQ {
             // d and -dmin once per super-block, times this sub-block's 6-bit scale and min
-            let j = s % kind.group_subs();
+            let j = s % subs;
             if j == 0 {
                 d = _mm512_cvtph_ps(_mm256_load_si256(heads.cast()));
                 neg_dmin = _mm512_cvtph_ps(_mm256_load_si256(heads.add(2 * NR).cast()));
@@ -110,10 +118,9 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const R: usize>(
             let bytes = |at: usize| {
                 _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(heads.add(at).cast())))
             };
-            let n_subs = kind.group_subs();
             (
                 _mm512_mul_ps(d, bytes(4 * NR + j * NR)),
-                _mm512_mul_ps(neg_dmin, bytes(4 * NR + (n_subs + j) * NR)),
+                _mm512_mul_ps(neg_dmin, bytes(4 * NR + (subs + j) * NR)),
             )
         } else {
             (
