@@ -31,6 +31,8 @@ pub const NR: usize = 16;
 pub const MR: usize = 16;
 /// Fewest activation rows for which unpacking a tile pays off against the row-dot kernels.
 pub const MIN_ROWS: usize = 8;
+/// Most weight tiles a microkernel takes per call (`Microkernel::tiles`).
+const MAX_TILES: usize = 2;
 /// Tasks per thread to aim for when splitting activation rows of a matmul with few tiles.
 const TASKS_PER_THREAD: usize = 4;
 
@@ -83,28 +85,22 @@ impl Acts {
         );
         let s16 = SharedMut(self.sum16.as_mut_ptr());
         let s32 = SharedMut(self.sum32.as_mut_ptr());
-        let per_task = rows.div_ceil(pool.n_threads() * TASKS_PER_THREAD).max(1);
-        pool.run(rows.div_ceil(per_task), &|task| {
-            for m in task * per_task..((task + 1) * per_task).min(rows) {
-                // SAFETY: each task writes only its own rows of every array.
-                unsafe {
-                    acts::quantize_row(
-                        &x[m * k..][..k],
-                        std::slice::from_raw_parts_mut(q.ptr().add(m * k), k),
-                        std::slice::from_raw_parts_mut(d.ptr().add(m * k / 32), k / 32),
-                        std::slice::from_raw_parts_mut(s16.ptr().add(m * k / 16), k / 16),
-                        std::slice::from_raw_parts_mut(s32.ptr().add(m * k / 32), k / 32),
-                    )
-                }
+        for_each_row(pool, rows, &|m| {
+            // SAFETY: each call writes only its own row of every array.
+            unsafe {
+                acts::quantize_row(
+                    &x[m * k..][..k],
+                    std::slice::from_raw_parts_mut(q.ptr().add(m * k), k),
+                    std::slice::from_raw_parts_mut(d.ptr().add(m * k / 32), k / 32),
+                    std::slice::from_raw_parts_mut(s16.ptr().add(m * k / 16), k / 16),
+                    std::slice::from_raw_parts_mut(s32.ptr().add(m * k / 32), k / 32),
+                )
             }
         });
     }
-}
 
-impl Acts {
     /// Rounds `rows` rows of `k` elements to bf16 into `bf16`, zero rows after the last up to
     /// a multiple of `group`.
-    #[cfg(target_arch = "x86_64")]
     fn round_bf16_padded(
         &mut self,
         pool: &ThreadPool,
@@ -118,16 +114,28 @@ impl Acts {
         self.bf16.resize(rows.next_multiple_of(group) * k, 0);
         self.bf16[rows * k..].fill(0);
         let out = SharedMut(self.bf16.as_mut_ptr());
-        let per_task = rows.div_ceil(pool.n_threads() * TASKS_PER_THREAD).max(1);
-        pool.run(rows.div_ceil(per_task), &|task| {
-            let (m0, m1) = (task * per_task, ((task + 1) * per_task).min(rows));
-            // SAFETY: each task writes only its own rows; the AMX tier implies AVX-512.
+        for_each_row(pool, rows, &|m| {
+            // SAFETY: each call writes only its own row; the AMX tier implies AVX-512.
+            #[cfg(target_arch = "x86_64")]
             unsafe {
-                let o = std::slice::from_raw_parts_mut(out.ptr().add(m0 * k), (m1 - m0) * k);
-                x86_amx::row_to_bf16(&x[m0 * k..m1 * k], o)
+                let o = std::slice::from_raw_parts_mut(out.ptr().add(m * k), k);
+                x86_amx::row_to_bf16(&x[m * k..][..k], o)
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            {
+                let _ = (m, &out);
+                unreachable!("bf16 kernels exist on x86-64 only")
             }
         });
     }
+}
+
+/// `f(m)` for every row `m < rows`, in runs of consecutive rows across the pool.
+fn for_each_row(pool: &ThreadPool, rows: usize, f: &(dyn Fn(usize) + Sync)) {
+    let per_task = rows.div_ceil(pool.n_threads() * TASKS_PER_THREAD).max(1);
+    pool.run(rows.div_ceil(per_task), &|task| {
+        (task * per_task..((task + 1) * per_task).min(rows)).for_each(f)
+    });
 }
 
 /// `NR` weight rows unpacked: `q` in the layout `(k / 4, NR, 4)`, `scale` / `min` as
@@ -236,7 +244,7 @@ pub fn applies(ws: &[WeightView], rows: usize) -> bool {
 }
 
 thread_local! {
-    static TILES: RefCell<[Tile; 2]> = RefCell::new(Default::default());
+    static TILES: RefCell<[Tile; MAX_TILES]> = RefCell::new(Default::default());
     static ACTS: RefCell<Acts> = RefCell::new(Acts::default());
 }
 
@@ -275,14 +283,11 @@ fn gemm_with(
     let panels = rows.div_ceil(panel_rows);
     let failed = std::sync::atomic::AtomicBool::new(false);
     ACTS.with_borrow_mut(|acts| {
-        #[cfg(target_arch = "x86_64")]
         if kernel.bf16 {
             acts.round_bf16_padded(pool, x, rows, k, MR);
         } else {
             acts.quantize_padded(pool, x, rows, k, MR);
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        acts.quantize_padded(pool, x, rows, k, MR);
         let acts: &Acts = acts;
         pool.run(n_units * panels, &|task| {
             let (mut unit, panel) = (task / panels, task % panels);

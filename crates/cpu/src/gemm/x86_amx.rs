@@ -16,7 +16,7 @@ const KSTEP: usize = 32;
 /// Weight tiles per call: 2 x 2 blocks of 16 x 16 results (2 row groups x 2 weight tiles)
 /// load each activation and weight tile once per two products, which halves the activation
 /// traffic from L2 that bounds a 2 x 1 block.
-pub(super) const TILES: usize = 2;
+pub(super) const TILES: usize = super::MAX_TILES;
 
 /// tmm0-3: f32 results (group g, weight tile t at `2g + t`); tmm4/tmm5: the groups'
 /// activations (16 x 32 bf16); tmm6/tmm7: the weight tiles (16 pair rows x 16 x 2 bf16).
