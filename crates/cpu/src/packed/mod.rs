@@ -61,6 +61,16 @@ const K_SUBS: usize = 8;
 /// `-dmin`, then 8 x 16 u8 sub-block scales and 8 x 16 u8 mins (`x = d sc q + (-dmin) m`).
 const K_HEADS: usize = 2 * NR * 2 + 2 * K_SUBS * NR;
 
+/// Offset in a `NibblesK` super-block's heads of sub-block `j`'s 16 byte scales.
+const fn k_scales_at(j: usize) -> usize {
+    4 * NR + j * NR
+}
+
+/// Offset in a `NibblesK` super-block's heads of sub-block `j`'s 16 byte mins.
+const fn k_mins_at(j: usize) -> usize {
+    4 * NR + (K_SUBS + j) * NR
+}
+
 impl Kind {
     fn of(ty: GgmlType) -> Option<Kind> {
         use GgmlType::*;
@@ -116,8 +126,8 @@ impl Kind {
         let f16_at = |i: usize| f16::from_le_bytes([h[2 * i], h[2 * i + 1]]).to_f32();
         match self {
             Kind::NibblesK => {
-                let (j, at) = (s % K_SUBS, 4 * NR);
-                let (sc, m) = (h[at + j * NR + n], h[at + (K_SUBS + j) * NR + n]);
+                let j = s % K_SUBS;
+                let (sc, m) = (h[k_scales_at(j) + n], h[k_mins_at(j) + n]);
                 (f16_at(n) * sc as f32, f16_at(NR + n) * m as f32)
             }
             _ => (f16_at(n), f16_at(NR + n)),
@@ -234,10 +244,7 @@ impl Packed {
                 let halves: &[f16] = bytemuck::cast_slice(&h[..4 * NR]);
                 halves.convert_to_f32_slice(&mut d);
                 let j = s % K_SUBS;
-                let (sc, m) = (
-                    &h[4 * NR + j * NR..][..NR],
-                    &h[4 * NR + (K_SUBS + j) * NR..][..NR],
-                );
+                let (sc, m) = (&h[k_scales_at(j)..][..NR], &h[k_mins_at(j)..][..NR]);
                 for n in 0..NR {
                     (scale[n], min[n]) = (d[n] * sc[n] as f32, d[NR + n] * m[n] as f32);
                 }
@@ -310,8 +317,8 @@ fn put_k_heads(tile: &mut [u8], n: usize, src: &[u8]) -> Option<()> {
         heads[2 * (NR + n)..][..2].copy_from_slice(&[block.dmin[0], block.dmin[1] ^ 0x80]);
         for j in 0..K_SUBS {
             let (sc, m) = get_scale_min_k4(j, &block.scales);
-            heads[4 * NR + j * NR + n] = sc;
-            heads[4 * NR + (K_SUBS + j) * NR + n] = m;
+            heads[k_scales_at(j) + n] = sc;
+            heads[k_mins_at(j) + n] = m;
         }
     }
     Some(())

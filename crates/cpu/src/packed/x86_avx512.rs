@@ -1,7 +1,7 @@
 //! AVX-512 VNNI kernels over packed tiles: per sub-block, each 64-byte load of quants is one
 //! `vpdpbusd` operand for all 16 rows (nibbles split by a shift and a mask), against the
 //! activation row's 4 bytes broadcast; the 16 scales and mins convert from f16 as one vector.
-use super::{Kind, Packed, NR, SUB};
+use super::{k_mins_at, k_scales_at, Kind, Packed, K_SUBS, NR, SUB};
 use crate::gemm::Acts;
 use crate::matmul::{prefetch, PREFETCH_BYTES};
 use std::arch::x86_64::*;
@@ -55,7 +55,7 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const R: usize>(
     let base = p.bytes().as_ptr().add(tile * p.tile_bytes());
     // `Kind::quants_at` and `heads_at` with the group's sub-blocks a constant (no division)
     let (subs, group_bytes, quant_bytes) = (
-        if KQ { 8 } else { 1 },
+        if KQ { K_SUBS } else { 1 },
         kind.group_bytes(),
         kind.quant_bytes(),
     );
@@ -119,8 +119,8 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const R: usize>(
                 _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(heads.add(at).cast())))
             };
             (
-                _mm512_mul_ps(d, bytes(4 * NR + j * NR)),
-                _mm512_mul_ps(neg_dmin, bytes(4 * NR + (subs + j) * NR)),
+                _mm512_mul_ps(d, bytes(k_scales_at(j))),
+                _mm512_mul_ps(neg_dmin, bytes(k_mins_at(j))),
             )
         } else {
             (
