@@ -134,6 +134,14 @@ pub struct HugeSlice {
     len: usize,
 }
 
+impl HugeSlice {
+    /// Bytes of the chunk mapped after this slice (later slices, or free room): a reader that
+    /// streams slices in allocation order may prefetch into them.
+    pub fn mapped_after(&self) -> usize {
+        self.chunk.len() - self.start - self.len
+    }
+}
+
 impl std::ops::Deref for HugeSlice {
     type Target = [u8];
     fn deref(&self) -> &[u8] {

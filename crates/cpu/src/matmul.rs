@@ -270,6 +270,20 @@ pub(crate) fn prefetch(data: &[u8], at: usize, len: usize) {
     }
 }
 
+/// Asks for the cache lines of `len` bytes at `at` that lie below `end`.
+#[inline(always)]
+pub(crate) fn prefetch_lines(at: *const u8, len: usize, end: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    for line in (0..len.min((end as usize).saturating_sub(at as usize))).step_by(64) {
+        // SAFETY: a prefetch has no side effects (the caller keeps it to mapped memory).
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                at.wrapping_add(line).cast(),
+            )
+        };
+    }
+}
+
 /// Quantizes `rows` activation rows of `n_in` into `act` (`a_row` bytes each), in parallel.
 fn quantize_rows(
     pool: &ThreadPool,

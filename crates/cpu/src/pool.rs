@@ -1,6 +1,9 @@
 //! Persistent worker pool entered once per parallel op: workers spin briefly, then park.
 //! A job is published through one atomic word (its address and a generation), so an op costs
-//! a few cache-line transfers and no lock unless a worker had parked.
+//! a few cache-line transfers and no lock unless a worker had parked. Thread `i` (the caller
+//! is 0) takes task `i` first, so a job of one task per thread puts the same share on the same
+//! thread every time (a thread can go on streaming where its last task ended); tasks past
+//! those, and any a thread has not claimed when another runs out of work, go to whoever asks.
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -11,9 +14,17 @@ use std::time::{Duration, Instant};
 struct Job<'a> {
     f: &'a (dyn Fn(usize) + Sync),
     n_tasks: usize,
+    /// Tasks `0..own` belong to threads `0..own` first.
+    own: usize,
+    /// Bit `i`: own task `i` has been claimed (by thread `i`, or stolen).
+    own_claimed: AtomicU64,
+    /// The next task past the threads' own ones.
     next_task: AtomicUsize,
     done_tasks: AtomicUsize,
 }
+
+/// Tasks that belong to a thread first: one per thread, as many as `own_claimed` has bits.
+const OWN_TASKS: usize = 64;
 
 /// Bits of the published word that hold the job's address (x86-64 and AArch64 user space).
 const ADDR_BITS: u32 = 48;
@@ -53,7 +64,7 @@ impl ThreadPool {
                 let s = shared.clone();
                 std::thread::Builder::new()
                     .name(format!("ishizuki-cpu-{i}"))
-                    .spawn(move || worker_loop(&s))
+                    .spawn(move || worker_loop(&s, i))
                     .expect("spawning a worker thread")
             })
             .collect();
@@ -79,10 +90,13 @@ impl ThreadPool {
         }
         let mut generation = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
         let s = &*self.shared;
+        let own = n_tasks.min(self.n_threads()).min(OWN_TASKS);
         let job = Job {
             f,
             n_tasks,
-            next_task: AtomicUsize::new(0),
+            own,
+            own_claimed: AtomicU64::new(0),
+            next_task: AtomicUsize::new(own),
             done_tasks: AtomicUsize::new(0),
         };
         let addr = &job as *const Job as u64;
@@ -94,7 +108,7 @@ impl ThreadPool {
             let _guard = s.shutdown.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
         }
-        run_tasks(&job);
+        run_tasks(&job, 0);
         while job.done_tasks.load(Ordering::Acquire) < n_tasks {
             std::hint::spin_loop();
         }
@@ -108,18 +122,32 @@ impl ThreadPool {
     }
 }
 
-fn run_tasks(job: &Job) {
+/// Thread `me`'s own task, then shared ones, then own tasks nobody has claimed yet.
+fn run_tasks(job: &Job, me: usize) {
+    let own = job.own;
+    let run = |i: usize| {
+        (job.f)(i);
+        job.done_tasks.fetch_add(1, Ordering::Release);
+    };
+    let claim_own = |i: usize| job.own_claimed.fetch_or(1 << i, Ordering::Relaxed) & 1 << i == 0;
+    if me < own && claim_own(me) {
+        run(me);
+    }
     loop {
         let i = job.next_task.fetch_add(1, Ordering::Relaxed);
         if i >= job.n_tasks {
             break;
         }
-        (job.f)(i);
-        job.done_tasks.fetch_add(1, Ordering::Release);
+        run(i);
+    }
+    for i in (0..own).filter(|&i| i != me) {
+        if job.own_claimed.load(Ordering::Relaxed) & 1 << i == 0 && claim_own(i) {
+            run(i);
+        }
     }
 }
 
-fn worker_loop(s: &Shared) {
+fn worker_loop(s: &Shared, me: usize) {
     let mut seen = 0u64;
     loop {
         let word = match wait_for_change(s, seen) {
@@ -135,7 +163,7 @@ fn worker_loop(s: &Shared) {
         // for this worker before its job leaves the stack.
         if s.published.load(Ordering::SeqCst) == word {
             // SAFETY: see above; the address came from `run`'s `&job`.
-            run_tasks(unsafe { &*((word & ADDR_MASK) as *const Job) });
+            run_tasks(unsafe { &*((word & ADDR_MASK) as *const Job) }, me);
         }
         s.active.fetch_sub(1, Ordering::SeqCst);
     }
@@ -211,6 +239,31 @@ mod tests {
                 hits[i].fetch_add(1, Ordering::Relaxed);
             });
             assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+        }
+    }
+
+    /// With a task per thread, the caller runs task 0 and the worker task 1 (the caller's task
+    /// waits for task 1, so nobody steals it unless the worker sleeps for seconds).
+    #[test]
+    fn each_thread_takes_its_own_task_first() {
+        let pool = ThreadPool::new(2);
+        let ran_on: Vec<Mutex<String>> = (0..2).map(|_| Mutex::new(String::new())).collect();
+        for _ in 0..3 {
+            let second_done = std::sync::atomic::AtomicBool::new(false);
+            pool.run(2, &|i| {
+                let start = Instant::now();
+                while i == 0
+                    && !second_done.load(Ordering::Acquire)
+                    && start.elapsed() < Duration::from_secs(5)
+                {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                *ran_on[i].lock().unwrap() = std::thread::current().name().unwrap_or("").into();
+                second_done.store(i == 1, Ordering::Release);
+            });
+            let names: Vec<String> = ran_on.iter().map(|m| m.lock().unwrap().clone()).collect();
+            let caller = std::thread::current().name().unwrap_or("").to_string();
+            assert_eq!(names, [caller, "ishizuki-cpu-1".into()]);
         }
     }
 

@@ -448,6 +448,41 @@ mod tests {
         check_heads(33, 90, Some(40), 2, (4, 1, 256), Some(2.0));
     }
 
+    /// Microseconds per decode attention call (one query row) for SmolLM2's heads and a cache
+    /// of `capacity` 4096, 1 and 2 threads:
+    /// `cargo test --release -p ishizuki-cpu decode_attention_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn decode_attention_cost() {
+        let p = AttnParams {
+            n_head: 9,
+            n_head_kv: 3,
+            head_dim: 64,
+            scale: 0.125,
+            window: None,
+            softcap: None,
+        };
+        let cap = 4096;
+        let kv: Vec<f16> = (0..3 * cap * 64)
+            .map(|i| f16::from_f32((i as f32 * 0.1).sin()))
+            .collect();
+        let q: Vec<f32> = (0..9 * 64).map(|i| (i as f32 * 0.3).cos()).collect();
+        let mut out = vec![0f32; q.len()];
+        for threads in [1, 2] {
+            let pool = ThreadPool::new(threads);
+            for n_kv in [16, 64, 256, 2048] {
+                let calls = 20_000;
+                let start = std::time::Instant::now();
+                for _ in 0..calls {
+                    let pos = [n_kv as u32 - 1];
+                    attention(&pool, &q, &kv, &kv, n_kv, &pos, &p, &mut out).unwrap();
+                }
+                let us = start.elapsed().as_secs_f64() * 1e6 / calls as f64;
+                println!("{threads} threads, {n_kv} keys: {us:.2} us per call");
+            }
+        }
+    }
+
     #[test]
     fn bad_shapes_are_errors() {
         let p = AttnParams {

@@ -370,3 +370,43 @@ fn unpack_cost() {
         copy.is_some()
     );
 }
+
+/// GFLOP/s of this tier's GEMM on SmolLM2's gate (1536 x 576) and down (576 x 1536) shapes, 512
+/// rows, packed Q4_1 weights, 1 and 2 threads:
+/// `cargo test --release -p ishizuki-cpu gemm_throughput -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn gemm_throughput() {
+    if microkernel(tier()).is_none() {
+        return;
+    }
+    let ty = GgmlType::Q4_1;
+    let arena = ishizuki_core::huge::HugeArena::default();
+    for (n_out, k) in [(1536, 576), (576, 1536)] {
+        let w = weights(ty, n_out, k, &mut Rng(5));
+        let copy = crate::packed::pack(&WeightView::new(ty, n_out, k, &w), &arena, &mut |_| {});
+        let view = WeightView {
+            packed: copy.as_ref(),
+            ..WeightView::new(ty, n_out, k, &w)
+        };
+        let rows = 512;
+        let x: Vec<f32> = (0..rows * k).map(|i| (i as f32 * 0.01).sin()).collect();
+        let mut out = vec![0f32; rows * n_out];
+        for threads in [1, 2] {
+            let pool = ThreadPool::new(threads);
+            let best = (0..20)
+                .map(|_| {
+                    let start = std::time::Instant::now();
+                    assert!(gemm(&pool, &[view], &x, rows, &mut [&mut out]));
+                    start.elapsed().as_secs_f64()
+                })
+                .fold(f64::MAX, f64::min);
+            let gflops = 2.0 * (rows * n_out * k) as f64 / best / 1e9;
+            println!(
+                "{} {n_out}x{k}, {rows} rows, {threads} threads: {:.0} us, {gflops:.0} GFLOP/s",
+                tier().name(),
+                best * 1e6
+            );
+        }
+    }
+}

@@ -3,9 +3,10 @@
 //! 16 rows and each block's 16 scales load as one vector, with no per-row reduction.
 //!
 //! Layout: tile after tile (16 rows; rows past `n_out` are zero), each tile sub-block after
-//! sub-block (32 elements), each sub-block its quants then 16 f16 scales and 16 f16 mins
-//! (`x = scale * q + min`, q unsigned, as `gemm::unpack` defines it). Quants per kind, with
-//! `q[n][e]` element `e` of row `n`:
+//! sub-block (32 elements), each sub-block its quants then 16 f16 scales and, for Q4_1 and
+//! Q5_1, 16 f16 mins (`x = scale * q + min`, q unsigned, as `gemm::unpack` defines it; the
+//! symmetric Q4_0, Q5_0 and Q8_0 store no mins: theirs is `-2^(bits-1) scale`). Quants per
+//! kind, with `q[n][e]` element `e` of row `n`:
 //! - `Nibbles` (4-bit): 4 x 64 bytes, byte `64 j + 4 n + i` = `q[n][4j+i] | q[n][16+4j+i] << 4`;
 //! - `Nibbles5` (5-bit): the same of the low 4 bits, then 8 u64 masks of the fifth bit, mask
 //!   `jq` bit `4 n + i` = bit 4 of `q[n][4jq+i]`;
@@ -15,18 +16,19 @@
 //! its heads as the file has them (f16 `d` and `-dmin`, 6-bit scales and mins as bytes), so the
 //! copy is 2.8% larger than the file's and its products are the file's.
 //!
-//! Only types whose scales and mins are exact in f16 are packed (the legacy 32-element ones
+//! Only types whose scales and stored mins are exact in f16 are packed (the legacy 32-element ones
 //! and Q4_K), so the packed product is the file's. The packed copy also feeds the GEMM's tile
 //! unpacking and the embedding lookup, so the file's pages of a packed weight are not read
 //! again.
 #[cfg(target_arch = "x86_64")]
 mod x86_avx512;
 
+mod next_call;
 #[cfg(test)]
 mod tests;
 
 use crate::gemm::{unpack, Acts};
-use crate::matmul::{RowTasks, GEMV_TASKS_PER_THREAD};
+use crate::matmul::{prefetch_lines, PREFETCH_BYTES};
 use crate::pool::{SharedMut, ThreadPool};
 use crate::simd::{tier, Tier};
 use half::f16;
@@ -35,6 +37,8 @@ use ishizuki_core::huge::{HugeArena, HugeSlice};
 use ishizuki_core::quant::{get_scale_min_k4, BlockQ4K};
 use ishizuki_core::{GgmlType, PackedWeight, WeightView};
 use std::cell::RefCell;
+use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Rows per tile.
 pub const NR: usize = 16;
@@ -48,8 +52,11 @@ pub const MAX_ROWS: usize = 16;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
-    Nibbles,
-    Nibbles5,
+    /// 4-bit quants: Q4_1 with `mins`, Q4_0 without.
+    Nibbles { mins: bool },
+    /// 5-bit quants: Q5_1 with `mins`, Q5_0 without.
+    Nibbles5 { mins: bool },
+    /// 8-bit quants (Q8_0), no mins.
     Bytes,
     /// Q4_K: nibbles as `Nibbles`, heads per super-block (see `K_HEADS`).
     NibblesK,
@@ -75,8 +82,10 @@ impl Kind {
     fn of(ty: GgmlType) -> Option<Kind> {
         use GgmlType::*;
         match ty {
-            Q4_0 | Q4_1 => Some(Kind::Nibbles),
-            Q5_0 | Q5_1 => Some(Kind::Nibbles5),
+            Q4_0 => Some(Kind::Nibbles { mins: false }),
+            Q4_1 => Some(Kind::Nibbles { mins: true }),
+            Q5_0 => Some(Kind::Nibbles5 { mins: false }),
+            Q5_1 => Some(Kind::Nibbles5 { mins: true }),
             Q8_0 => Some(Kind::Bytes),
             Q4_K => Some(Kind::NibblesK),
             _ => None,
@@ -86,8 +95,8 @@ impl Kind {
     /// Bytes of one sub-block's quants for a tile.
     pub const fn quant_bytes(self) -> usize {
         match self {
-            Kind::Nibbles | Kind::NibblesK => 256,
-            Kind::Nibbles5 => 256 + 64,
+            Kind::Nibbles { .. } | Kind::NibblesK => 256,
+            Kind::Nibbles5 { .. } => 256 + 64,
             Kind::Bytes => 512,
         }
     }
@@ -101,11 +110,28 @@ impl Kind {
     }
 
     /// Bytes of one group of a tile: its sub-blocks' quants, then their heads (for the legacy
-    /// kinds 16 f16 scales and 16 f16 mins).
+    /// kinds 16 f16 scales, then 16 f16 mins if it stores them).
     pub const fn group_bytes(self) -> usize {
         match self {
             Kind::NibblesK => K_SUBS * 256 + K_HEADS,
-            _ => self.quant_bytes() + 2 * NR * 2,
+            _ => self.quant_bytes() + 2 * NR * (1 + self.stores_mins() as usize),
+        }
+    }
+
+    /// Whether a legacy kind's heads hold mins (else a sub-block's min is `-offset * scale`).
+    pub const fn stores_mins(self) -> bool {
+        matches!(
+            self,
+            Kind::Nibbles { mins: true } | Kind::Nibbles5 { mins: true }
+        )
+    }
+
+    /// What a symmetric kind's unsigned quants are offset by: `2^(bits - 1)`.
+    pub const fn offset(self) -> f32 {
+        match self {
+            Kind::Nibbles { .. } | Kind::NibblesK => 8.0,
+            Kind::Nibbles5 { .. } => 16.0,
+            Kind::Bytes => 128.0,
         }
     }
 
@@ -130,7 +156,8 @@ impl Kind {
                 let (sc, m) = (h[k_scales_at(j) + n], h[k_mins_at(j) + n]);
                 (f16_at(n) * sc as f32, f16_at(NR + n) * m as f32)
             }
-            _ => (f16_at(n), f16_at(NR + n)),
+            _ if self.stores_mins() => (f16_at(n), f16_at(NR + n)),
+            _ => (f16_at(n), -self.offset() * f16_at(n)),
         }
     }
 }
@@ -140,7 +167,7 @@ pub struct Packed {
     pub kind: Kind,
     pub n_out: usize,
     pub n_in: usize,
-    /// 64-byte aligned, so every sub-block is.
+    /// 64-byte aligned: sub-blocks of kinds with mins are too, the others 32-byte aligned.
     buf: HugeSlice,
 }
 
@@ -155,6 +182,15 @@ impl Packed {
 
     pub fn bytes(&self) -> &[u8] {
         &self.buf
+    }
+
+    /// The end of the mapped bytes a kernel may prefetch from: this weight's and those after
+    /// it (the next weights packed, in forward order).
+    pub fn prefetch_end(&self) -> *const u8 {
+        self.bytes()
+            .as_ptr_range()
+            .end
+            .wrapping_add(self.buf.mapped_after())
     }
 
     /// Packs `w` into `arena`, or None when its type has no packed kind, a row is malformed, or a scale or
@@ -195,7 +231,11 @@ impl Packed {
                 for s in 0..k / SUB {
                     let heads = &mut tile[kind.heads_at(s)..];
                     put_f16(&mut heads[2 * n..], scale[s])?;
-                    put_f16(&mut heads[2 * (NR + n)..], min[s])?;
+                    if kind.stores_mins() {
+                        put_f16(&mut heads[2 * (NR + n)..], min[s])?;
+                    } else if min[s] != -kind.offset() * scale[s] {
+                        return None;
+                    }
                 }
             }
             if (r + 1) % RELEASE_ROWS == 0 || r + 1 == w.n_out {
@@ -218,14 +258,14 @@ impl Packed {
             let quads = &mut q[s * 8 * 64..][..8 * 64];
             match self.kind {
                 Kind::Bytes => quads.copy_from_slice(&sub[..512]),
-                Kind::Nibbles | Kind::Nibbles5 | Kind::NibblesK => {
+                Kind::Nibbles { .. } | Kind::Nibbles5 { .. } | Kind::NibblesK => {
                     let (lo, hi) = quads.split_at_mut(4 * 64);
                     for ((l, h), &v) in lo.iter_mut().zip(hi.iter_mut()).zip(&sub[..256]) {
                         (*l, *h) = (v & 0x0f, v >> 4);
                     }
                 }
             }
-            if self.kind == Kind::Nibbles5 {
+            if let Kind::Nibbles5 { .. } = self.kind {
                 for (quad, bits) in quads
                     .chunks_exact_mut(64)
                     .zip(sub[256..320].chunks_exact(8))
@@ -250,9 +290,18 @@ impl Packed {
                 }
             } else {
                 // 16 scales then 16 mins; a vector conversion each rather than a call per value
-                let heads: &[f16] = bytemuck::cast_slice(&src[self.kind.heads_at(s)..][..4 * NR]);
-                heads[..NR].convert_to_f32_slice(scale);
-                heads[NR..].convert_to_f32_slice(min);
+                let heads = &src[self.kind.heads_at(s)..];
+                let scales: &[f16] = bytemuck::cast_slice(&heads[..2 * NR]);
+                scales.convert_to_f32_slice(scale);
+                if self.kind.stores_mins() {
+                    let mins: &[f16] = bytemuck::cast_slice(&heads[2 * NR..][..2 * NR]);
+                    mins.convert_to_f32_slice(min);
+                } else {
+                    let offset = self.kind.offset();
+                    min.iter_mut()
+                        .zip(&*scale)
+                        .for_each(|(m, s)| *m = -offset * s);
+                }
             }
         }
     }
@@ -271,9 +320,9 @@ impl Packed {
                 let (quad, lane) = (e / 4, 4 * n + e % 4);
                 let q = match self.kind {
                     Kind::Bytes => sub[64 * quad + lane],
-                    Kind::Nibbles | Kind::Nibbles5 | Kind::NibblesK => {
+                    Kind::Nibbles { .. } | Kind::Nibbles5 { .. } | Kind::NibblesK => {
                         let nibble = sub[64 * (quad % 4) + lane] >> (4 * (quad / 4)) & 0x0f;
-                        let fifth = self.kind == Kind::Nibbles5
+                        let fifth = matches!(self.kind, Kind::Nibbles5 { .. })
                             && sub[256 + 8 * quad + lane / 8] >> (lane % 8) & 1 == 1;
                         nibble | (fifth as u8) << 4
                     }
@@ -292,10 +341,10 @@ impl Kind {
             let (quad, i) = (e / 4, e % 4);
             match self {
                 Kind::Bytes => sub[64 * quad + 4 * n + i] = v,
-                Kind::Nibbles | Kind::Nibbles5 | Kind::NibblesK => {
+                Kind::Nibbles { .. } | Kind::Nibbles5 { .. } | Kind::NibblesK => {
                     let at = 64 * (quad % 4) + 4 * n + i;
                     sub[at] |= (v & 0x0f) << (4 * (quad / 4));
-                    if self == Kind::Nibbles5 && v & 0x10 != 0 {
+                    if matches!(self, Kind::Nibbles5 { .. }) && v & 0x10 != 0 {
                         let bit = 4 * n + i;
                         sub[256 + 8 * quad + bit / 8] |= 1 << (bit % 8);
                     }
@@ -382,13 +431,23 @@ pub fn applies(ws: &[WeightView], rows: usize) -> bool {
 /// One call's rows of one packed weight: `out (rows, n_out)` for tiles `tiles`, `out` at the
 /// first tile's first column and rows `n_out` apart.
 /// Unsafe: AVX-512 VNNI must exist, `acts` hold `rows` rows of `n_in`, `out` must have room.
-type TileKernel = unsafe fn(&Packed, std::ops::Range<usize>, &Acts, usize, *mut f32);
+type TileKernel = unsafe fn(&Packed, Range<usize>, &Acts, usize, *mut f32);
 
 thread_local! {
-    static ACTS: RefCell<Acts> = RefCell::new(Acts::default());
+    /// The call's quantized activations, and the span starts of the call expected next.
+    static STATE: RefCell<(Acts, Vec<next_call::SpanStart>)> = RefCell::default();
 }
 
+/// Calls so far, whose parity orders the halves of the next one (see `matmul`).
+static CALLS: AtomicUsize = AtomicUsize::new(0);
+
 /// `outs[i] (rows, n_out_i) = x (rows, k) . ws[i]^T` for weights that `applies` accepted.
+///
+/// The weights' tiles, in order, are cut into one contiguous span of about equal bytes per
+/// thread, so each thread streams one range (prefetchers ramp up once per call, not per
+/// weight). Packed weights lie in the arena in forward order, so the thread that ends a call
+/// at its last byte can go on into the next call's first span: the spans' order flips every
+/// call, and the kernels prefetch past a weight's end.
 pub fn matmul(
     pool: &ThreadPool,
     ws: &[WeightView],
@@ -402,19 +461,59 @@ pub fn matmul(
     let kernel: TileKernel = unreachable!("packed weights are made on x86-64 only");
     let ps: Vec<&Packed> = ws.iter().map(|w| packed(w).expect("applies")).collect();
     let outs: Vec<SharedMut<f32>> = outs.iter_mut().map(|o| SharedMut(o.as_mut_ptr())).collect();
-    let per_thread = pool.n_threads() * GEMV_TASKS_PER_THREAD;
-    let tasks = RowTasks::with_chunks(ps.iter().map(|p| p.n_tiles()), |n| n.div_ceil(per_thread));
-    ACTS.with_borrow_mut(|acts| {
+    let n_tiles: usize = ps.iter().map(|p| p.n_tiles()).sum();
+    let spans = pool.n_threads().min(n_tiles);
+    let flip = CALLS.fetch_add(1, Ordering::Relaxed) % 2 == 1;
+    STATE.with_borrow_mut(|(acts, ahead)| {
+        next_call::record(&ps, spans, ahead);
         acts.quantize(pool, x, rows, ws[0].n_in);
-        let acts: &Acts = acts;
-        pool.run(tasks.len(), &|task| {
-            let (ji, tiles) = tasks.get(task);
-            // SAFETY: the tier has AVX-512 VNNI (`applies`); this task alone writes these
-            // tiles' columns of every row of this output, whose shape the caller checked.
-            unsafe {
-                let out = outs[ji].ptr().add(tiles.start * NR);
-                kernel(ps[ji], tiles, acts, rows, out)
-            };
+        let (acts, ahead): (&Acts, &[next_call::SpanStart]) = (acts, ahead);
+        pool.run(spans, &|task| {
+            for_each_part(&ps, span_of(flip, task, spans), spans, |ji, tiles| {
+                let out = outs[ji].ptr();
+                // SAFETY: the tier has AVX-512 VNNI (`applies`); this task alone writes these
+                // tiles' columns of every row of this output, whose shape the caller checked.
+                unsafe { kernel(ps[ji], tiles.clone(), acts, rows, out.add(tiles.start * NR)) };
+            });
+            // this thread takes this task next call too (`ThreadPool::run`); the order flips
+            if task < ahead.len() {
+                let (at, end) = ahead[span_of(!flip, task, ahead.len())];
+                prefetch_lines(at as *const u8, PREFETCH_BYTES, end as *const u8);
+            }
         });
     });
+}
+
+/// The span task `task` of `spans` takes: in order, or from the end when `flip`.
+fn span_of(flip: bool, task: usize, spans: usize) -> usize {
+    if flip {
+        spans - 1 - task
+    } else {
+        task
+    }
+}
+
+/// Calls `f(weight, tiles)` for the non-empty parts of span `span` of `spans`: the tiles whose
+/// first byte lies in that span's share of all the weights' bytes, taken in order.
+fn for_each_part(
+    ps: &[&Packed],
+    span: usize,
+    spans: usize,
+    mut f: impl FnMut(usize, Range<usize>),
+) {
+    let total: usize = ps.iter().map(|p| p.n_tiles() * p.tile_bytes()).sum();
+    let (lo, hi) = (total * span / spans, total * (span + 1) / spans);
+    let mut at = 0;
+    for (ji, p) in ps.iter().enumerate() {
+        let first_at_or_after = |b: usize| {
+            b.saturating_sub(at)
+                .div_ceil(p.tile_bytes())
+                .min(p.n_tiles())
+        };
+        let tiles = first_at_or_after(lo)..first_at_or_after(hi);
+        at += p.n_tiles() * p.tile_bytes();
+        if !tiles.is_empty() {
+            f(ji, tiles);
+        }
+    }
 }

@@ -78,6 +78,25 @@ fn several_packed_weights_share_one_call() {
     }
 }
 
+/// Symmetric types store no mins, so a scale whose min (`-128 d` for Q8_0) is past f16's range
+/// still packs, and its rows come back as the file's.
+#[test]
+fn symmetric_types_pack_scales_whose_min_overflows_f16() {
+    let mut w = weights(GgmlType::Q8_0, 16, 32, &mut Rng(4));
+    w[..2].copy_from_slice(&f16::from_f32(1000.0).to_le_bytes());
+    let p = Packed::new(
+        &HugeArena::default(),
+        &WeightView::new(GgmlType::Q8_0, 16, 32, &w),
+        &mut |_| {},
+    )
+    .expect("packed");
+    assert_eq!(p.tile_bytes(), 512 + 2 * NR, "quants and scales only");
+    let file = dequantized(GgmlType::Q8_0, &w, 16, 32);
+    let mut row = [0f32; 32];
+    p.dequantize_row(0, &mut row);
+    assert_eq!(&row[..], &file[..32]);
+}
+
 #[test]
 fn unpackable_weights_are_refused() {
     let mut rng = Rng(3);
@@ -103,15 +122,6 @@ fn unpackable_weights_are_refused() {
     assert!(Packed::new(
         &HugeArena::default(),
         &WeightView::new(GgmlType::Q4_1, 15, 64, &w),
-        &mut |_| {}
-    )
-    .is_none());
-    // a Q8_0 scale whose min (-128 d) overflows f16
-    let mut w = weights(GgmlType::Q8_0, 16, 32, &mut rng);
-    w[..2].copy_from_slice(&f16::from_f32(1000.0).to_le_bytes());
-    assert!(Packed::new(
-        &HugeArena::default(),
-        &WeightView::new(GgmlType::Q8_0, 16, 32, &w),
         &mut |_| {}
     )
     .is_none());
@@ -303,4 +313,68 @@ fn other_types_get_a_resident_copy() {
         ..view
     };
     assert!(packed(&view).is_none() && !applies(&[view], 1));
+}
+
+/// The spans of a call cover every tile of every weight once, in order, with about equal bytes.
+#[test]
+fn spans_cover_every_tile_once() {
+    let mut rng = Rng(11);
+    let arena = HugeArena::default();
+    let shapes = [
+        (GgmlType::Q4_1, 72),
+        (GgmlType::Q8_0, 16),
+        (GgmlType::Q5_0, 200),
+    ];
+    let ws: Vec<Vec<u8>> = shapes
+        .iter()
+        .map(|&(ty, n)| weights(ty, n, 64, &mut rng))
+        .collect();
+    let ps: Vec<Packed> = shapes
+        .iter()
+        .zip(&ws)
+        .map(|(&(ty, n), w)| {
+            Packed::new(&arena, &WeightView::new(ty, n, 64, w), &mut |_| {}).unwrap()
+        })
+        .collect();
+    let ps: Vec<&Packed> = ps.iter().collect();
+    let total: usize = ps.iter().map(|p| p.n_tiles() * p.tile_bytes()).sum();
+    for spans in 1..=20 {
+        let mut seen = Vec::new();
+        for span in 0..spans {
+            let mut bytes = 0;
+            for_each_part(&ps, span, spans, |ji, tiles| {
+                bytes += tiles.len() * ps[ji].tile_bytes();
+                seen.extend(tiles.map(|t| (ji, t)));
+            });
+            let widest = ps.iter().map(|p| p.tile_bytes()).max().unwrap();
+            assert!(bytes.abs_diff(total / spans) <= widest, "{spans} spans");
+        }
+        let all: Vec<(usize, usize)> = (0..ps.len())
+            .flat_map(|ji| (0..ps[ji].n_tiles()).map(move |t| (ji, t)))
+            .collect();
+        assert_eq!(seen, all, "{spans} spans");
+    }
+}
+
+/// Once a call has been followed by another, the next time it comes it hands out the starts of
+/// the other's spans (the first byte of each, and the mapped end after it).
+#[test]
+fn a_call_learns_which_call_follows_it() {
+    let mut rng = Rng(12);
+    let arena = HugeArena::default();
+    let pack_one = |n: usize, rng: &mut Rng| {
+        let w = weights(GgmlType::Q4_1, n, 64, rng);
+        Packed::new(&arena, &WeightView::new(GgmlType::Q4_1, n, 64, &w), &mut |_| {}).unwrap()
+    };
+    let (a, b) = (pack_one(64, &mut rng), pack_one(96, &mut rng));
+    let mut ahead = Vec::new();
+    next_call::record(&[&a], 2, &mut ahead);
+    assert!(ahead.is_empty(), "nothing has followed `a` yet");
+    next_call::record(&[&b], 2, &mut ahead);
+    next_call::record(&[&a], 2, &mut ahead);
+    let start = |p: &Packed, tile: usize| p.bytes().as_ptr() as usize + tile * p.tile_bytes();
+    let end = b.prefetch_end() as usize;
+    // b's 6 tiles in two spans of 3
+    assert_eq!(ahead, [(start(&b, 0), end), (start(&b, 3), end)]);
+    assert!(end >= start(&b, 6));
 }

@@ -3,7 +3,7 @@
 //! activation row's 4 bytes broadcast; the 16 scales and mins convert from f16 as one vector.
 use super::{k_mins_at, k_scales_at, Kind, Packed, K_SUBS, NR, SUB};
 use crate::gemm::Acts;
-use crate::matmul::{prefetch, PREFETCH_BYTES};
+use crate::matmul::{prefetch_lines, PREFETCH_BYTES};
 use std::arch::x86_64::*;
 use std::ops::Range;
 
@@ -14,36 +14,46 @@ const MR: usize = 8;
 /// dispatched on the quant kind and the group's size.
 pub(super) unsafe fn tiles(p: &Packed, tiles: Range<usize>, a: &Acts, rows: usize, out: *mut f32) {
     macro_rules! go {
-        ($kind:literal, $kq:literal, $tile:expr, $m0:expr, $out:expr) => {
+        ($bits:literal, $kq:literal, $mins:literal, $tile:expr, $m0:expr, $out:expr) => {
             match (rows - $m0).min(MR) {
-                1 => tile_rows::<$kind, $kq, 1>(p, $tile, a, $m0, $out),
-                2 => tile_rows::<$kind, $kq, 2>(p, $tile, a, $m0, $out),
-                3 => tile_rows::<$kind, $kq, 3>(p, $tile, a, $m0, $out),
-                4 => tile_rows::<$kind, $kq, 4>(p, $tile, a, $m0, $out),
-                5 => tile_rows::<$kind, $kq, 5>(p, $tile, a, $m0, $out),
-                6 => tile_rows::<$kind, $kq, 6>(p, $tile, a, $m0, $out),
-                7 => tile_rows::<$kind, $kq, 7>(p, $tile, a, $m0, $out),
-                _ => tile_rows::<$kind, $kq, MR>(p, $tile, a, $m0, $out),
+                1 => tile_rows::<$bits, $kq, $mins, 1>(p, $tile, a, $m0, $out),
+                2 => tile_rows::<$bits, $kq, $mins, 2>(p, $tile, a, $m0, $out),
+                3 => tile_rows::<$bits, $kq, $mins, 3>(p, $tile, a, $m0, $out),
+                4 => tile_rows::<$bits, $kq, $mins, 4>(p, $tile, a, $m0, $out),
+                5 => tile_rows::<$bits, $kq, $mins, 5>(p, $tile, a, $m0, $out),
+                6 => tile_rows::<$bits, $kq, $mins, 6>(p, $tile, a, $m0, $out),
+                7 => tile_rows::<$bits, $kq, $mins, 7>(p, $tile, a, $m0, $out),
+                _ => tile_rows::<$bits, $kq, $mins, MR>(p, $tile, a, $m0, $out),
             }
         };
     }
+    // the loop below asks for its lines `PREFETCH_BYTES` ahead: the first ones now
+    let start = p.bytes().as_ptr().add(tiles.start * p.tile_bytes());
+    prefetch_lines(
+        start,
+        PREFETCH_BYTES.min(tiles.len() * p.tile_bytes()),
+        p.prefetch_end(),
+    );
     for tile in tiles.clone() {
         for m0 in (0..rows).step_by(MR) {
             let out = out.add(m0 * p.n_out + (tile - tiles.start) * NR);
             match p.kind {
-                Kind::Nibbles => go!(4, false, tile, m0, out),
-                Kind::Nibbles5 => go!(5, false, tile, m0, out),
-                Kind::Bytes => go!(8, false, tile, m0, out),
-                Kind::NibblesK => go!(4, true, tile, m0, out),
+                Kind::Nibbles { mins: true } => go!(4, false, true, tile, m0, out),
+                Kind::Nibbles { mins: false } => go!(4, false, false, tile, m0, out),
+                Kind::Nibbles5 { mins: true } => go!(5, false, true, tile, m0, out),
+                Kind::Nibbles5 { mins: false } => go!(5, false, false, tile, m0, out),
+                Kind::Bytes => go!(8, false, false, tile, m0, out),
+                Kind::NibblesK => go!(4, true, true, tile, m0, out),
             }
         }
     }
 }
 
 /// Activation rows `m0..m0 + R` against one tile of `BITS`-bit quants, with K-quant heads
-/// per super-block when `KQ`; `out` at the tile's first column of row `m0`, rows `n_out` apart.
+/// per super-block when `KQ`, legacy heads with mins when `MINS` (else the min is
+/// `-2^(BITS-1)` scales); `out` at the tile's first column of row `m0`, rows `n_out` apart.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c")]
-unsafe fn tile_rows<const BITS: u8, const KQ: bool, const R: usize>(
+unsafe fn tile_rows<const BITS: u8, const KQ: bool, const MINS: bool, const R: usize>(
     p: &Packed,
     tile: usize,
     a: &Acts,
@@ -53,6 +63,7 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const R: usize>(
     let (k, n_sub) = (p.n_in, p.n_in / SUB);
     let kind = p.kind;
     let base = p.bytes().as_ptr().add(tile * p.tile_bytes());
+    let end = p.prefetch_end();
     // `Kind::quants_at` and `heads_at` with the group's sub-blocks a constant (no division)
     let (subs, group_bytes, quant_bytes) = (
         if KQ { K_SUBS } else { 1 },
@@ -73,9 +84,9 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const R: usize>(
         let sb = group.add(s % subs * quant_bytes);
         if m0 == 0 {
             // a few lines a sub-block keep the stream ahead without bursts that fill the
-            // line-fill buffers
-            let at = tile * p.tile_bytes() + s * stride + PREFETCH_BYTES;
-            prefetch(p.bytes(), at, stride);
+            // line-fill buffers; past the weight's end they are the next weight's
+            let at = base.wrapping_add(s * stride + PREFETCH_BYTES);
+            prefetch_lines(at, stride, end);
         }
         // two partial sums per row halve the chain of dependent `vpdpbusd`s
         let mut dot = [_mm512_setzero_si512(); R];
@@ -84,8 +95,8 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const R: usize>(
         let x = |r: usize, j: usize| _mm512_set1_epi32(aq[r].add(s * SUB / 4 + j).read_unaligned());
         if BITS == 8 {
             for j in 0..4 {
-                let w = _mm512_load_si512(sb.add(64 * j).cast());
-                let w2 = _mm512_load_si512(sb.add(64 * (j + 4)).cast());
+                let w = _mm512_loadu_si512(sb.add(64 * j).cast());
+                let w2 = _mm512_loadu_si512(sb.add(64 * (j + 4)).cast());
                 for r in 0..R {
                     dot[r] = _mm512_dpbusd_epi32(dot[r], w, x(r, j));
                     dot2[r] = _mm512_dpbusd_epi32(dot2[r], w2, x(r, j + 4));
@@ -93,7 +104,7 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const R: usize>(
             }
         } else {
             for j in 0..4 {
-                let v = _mm512_load_si512(sb.add(64 * j).cast());
+                let v = _mm512_loadu_si512(sb.add(64 * j).cast());
                 let mut lo = _mm512_and_si512(v, low4);
                 let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), low4);
                 if BITS == 5 {
@@ -123,10 +134,13 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const R: usize>(
                 _mm512_mul_ps(neg_dmin, bytes(k_mins_at(j))),
             )
         } else {
-            (
-                _mm512_cvtph_ps(_mm256_load_si256(heads.cast())),
-                _mm512_cvtph_ps(_mm256_load_si256(heads.add(2 * NR).cast())),
-            )
+            let scale = _mm512_cvtph_ps(_mm256_load_si256(heads.cast()));
+            let min = if MINS {
+                _mm512_cvtph_ps(_mm256_load_si256(heads.add(2 * NR).cast()))
+            } else {
+                _mm512_mul_ps(scale, _mm512_set1_ps(-((1 << (BITS - 1)) as f32)))
+            };
+            (scale, min)
         };
         for r in 0..R {
             let d = _mm512_mul_ps(scale, _mm512_set1_ps(*ad[r].add(s)));
