@@ -364,7 +364,12 @@ fn a_call_learns_which_call_follows_it() {
     let arena = HugeArena::default();
     let pack_one = |n: usize, rng: &mut Rng| {
         let w = weights(GgmlType::Q4_1, n, 64, rng);
-        Packed::new(&arena, &WeightView::new(GgmlType::Q4_1, n, 64, &w), &mut |_| {}).unwrap()
+        Packed::new(
+            &arena,
+            &WeightView::new(GgmlType::Q4_1, n, 64, &w),
+            &mut |_| {},
+        )
+        .unwrap()
     };
     let (a, b) = (pack_one(64, &mut rng), pack_one(96, &mut rng));
     let mut ahead = Vec::new();
