@@ -46,7 +46,8 @@ pub struct Acts {
     pub d: Vec<f32>,
     pub sum16: Vec<f32>,
     pub sum32: Vec<f32>,
-    /// The activations rounded to bf16 instead (`round_bf16_padded`), for the AMX-BF16 kernel.
+    /// The activations rounded to bf16 instead (`round_bf16_padded`), for the AMX-BF16 kernel:
+    /// `(rows / MR, k / 32, MR, 32)`, so each 16 x 32 tile is 1 KiB in one piece.
     pub bf16: Vec<u16>,
 }
 
@@ -99,8 +100,8 @@ impl Acts {
         });
     }
 
-    /// Rounds `rows` rows of `k` elements to bf16 into `bf16`, zero rows after the last up to
-    /// a multiple of `group`.
+    /// Rounds `rows` rows of `k` elements to bf16 into `bf16` as AMX tiles (`tiled_at`), zero
+    /// rows after the last up to a multiple of `group` (a multiple of `MR`).
     fn round_bf16_padded(
         &mut self,
         pool: &ThreadPool,
@@ -112,14 +113,14 @@ impl Acts {
         assert!(k.is_multiple_of(32) && x.len() == rows * k);
         (self.k, self.rows) = (k, rows);
         self.bf16.resize(rows.next_multiple_of(group) * k, 0);
-        self.bf16[rows * k..].fill(0);
+        // the last group's tiles interleave its rows: zero them all, then write the real ones
+        self.bf16[rows / group * group * k..].fill(0);
         let out = SharedMut(self.bf16.as_mut_ptr());
         for_each_row(pool, rows, &|m| {
             // SAFETY: each call writes only its own row; the AMX tier implies AVX-512.
             #[cfg(target_arch = "x86_64")]
             unsafe {
-                let o = std::slice::from_raw_parts_mut(out.ptr().add(m * k), k);
-                x86_amx::row_to_bf16(&x[m * k..][..k], o)
+                x86_amx::row_to_bf16_tiled(&x[m * k..][..k], m, out.ptr())
             }
             #[cfg(not(target_arch = "x86_64"))]
             {

@@ -253,12 +253,14 @@ fn bf16_conversions_round_to_nearest_even() {
         f32::MAX,
         1e-40,
     ]);
-    let mut out = vec![0u16; 64];
-    // SAFETY: the tier has AVX-512.
-    unsafe { x86_amx::row_to_bf16(&x, &mut out) };
-    for (i, (&v, &got)) in x.iter().zip(&out).enumerate() {
+    // row 17 of 64 elements: the second row group's second row, in two steps of k
+    let mut out = vec![0u16; 2 * MR * 64];
+    // SAFETY: the tier has AVX-512; `out` holds two groups of 16 rows.
+    unsafe { x86_amx::row_to_bf16_tiled(&x, 17, out.as_mut_ptr()) };
+    assert_eq!(x86_amx::tiled_at(17, 33, 64), (2 + 1) * MR * 32 + 32 + 1);
+    for (i, &v) in x.iter().enumerate() {
         let want = half::bf16::from_f32(v);
-        let got = half::bf16::from_bits(got);
+        let got = half::bf16::from_bits(out[x86_amx::tiled_at(17, i, 64)]);
         assert!(
             got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
             "element {i}: {v} -> {got} vs {want}"

@@ -56,9 +56,10 @@ pub(super) unsafe fn tile_rows(
         let mut m0 = rows.start;
         while m0 < rows.end {
             let groups = if rows.end - m0 > MR { 2 } else { 1 };
+            // each group's tiles in one piece, one 1 KiB tile per step of k
             let x = [
-                a.bf16.as_ptr().add(m0 * k),
-                a.bf16.as_ptr().add((m0 + MR) * k),
+                a.bf16.as_ptr().add(tiled_at(m0, 0, k)),
+                a.bf16.as_ptr().add(tiled_at(m0 + MR, 0, k)),
             ];
             let c: [*mut Results; 4] = std::array::from_fn(|i| &mut results[i] as *mut _);
             match (groups, tiles.len()) {
@@ -101,7 +102,7 @@ macro_rules! products {
                 "2:",
                 $($load,)+
                 $($dot,)+
-                $(concat!("add {", stringify!($a), "}, 64"),)+
+                $(concat!("add {", stringify!($a), "}, 1024"),)+
                 $(concat!("add {", stringify!($b), "}, 1024"),)+
                 "dec {n}",
                 "jnz 2b",
@@ -110,7 +111,6 @@ macro_rules! products {
                 $($b = inout(reg) $b => _,)+
                 $($c = in(reg) $c,)+
                 n = inout(reg) k / KSTEP => _,
-                lda = in(reg) 2 * k,
                 l64 = in(reg) 64usize,
                 options(nostack),
             );
@@ -129,8 +129,8 @@ products!(
     [
         "tileloadd tmm6, [{b0} + {l64}*1]",
         "tileloadd tmm7, [{b1} + {l64}*1]",
-        "tileloadd tmm4, [{a0} + {lda}*1]",
-        "tileloadd tmm5, [{a1} + {lda}*1]"
+        "tileloadd tmm4, [{a0} + {l64}*1]",
+        "tileloadd tmm5, [{a1} + {l64}*1]"
     ],
     [
         "tdpbf16ps tmm0, tmm4, tmm6",
@@ -154,7 +154,7 @@ products!(
     [
         "tileloadd tmm6, [{b0} + {l64}*1]",
         "tileloadd tmm7, [{b1} + {l64}*1]",
-        "tileloadd tmm4, [{a0} + {lda}*1]"
+        "tileloadd tmm4, [{a0} + {l64}*1]"
     ],
     ["tdpbf16ps tmm0, tmm4, tmm6", "tdpbf16ps tmm1, tmm4, tmm7"],
     [
@@ -170,8 +170,8 @@ products!(
     ["tmm0", "tmm2"],
     [
         "tileloadd tmm6, [{b0} + {l64}*1]",
-        "tileloadd tmm4, [{a0} + {lda}*1]",
-        "tileloadd tmm5, [{a1} + {lda}*1]"
+        "tileloadd tmm4, [{a0} + {l64}*1]",
+        "tileloadd tmm5, [{a1} + {l64}*1]"
     ],
     ["tdpbf16ps tmm0, tmm4, tmm6", "tdpbf16ps tmm2, tmm5, tmm6"],
     [
@@ -187,7 +187,7 @@ products!(
     ["tmm0"],
     [
         "tileloadd tmm6, [{b0} + {l64}*1]",
-        "tileloadd tmm4, [{a0} + {lda}*1]"
+        "tileloadd tmm4, [{a0} + {l64}*1]"
     ],
     ["tdpbf16ps tmm0, tmm4, tmm6"],
     ["tilestored [{c0} + {l64}*1], tmm0"]
@@ -266,11 +266,22 @@ pub(super) unsafe fn weights_to_bf16(t: &Tile, out: &mut [u16]) {
     }
 }
 
-/// `x` rounded to bf16, as the GEMM stores the activations.
+/// Where element `e` of activation row `m` goes in `Acts::bf16` for rows of `k`: row group
+/// `m / MR`, then 32-element step `e / 32`, then the tile's row `m % MR`.
+pub(super) fn tiled_at(m: usize, e: usize, k: usize) -> usize {
+    ((m / MR * (k / KSTEP) + e / KSTEP) * MR + m % MR) * KSTEP + e % KSTEP
+}
+
+/// Row `m` of the activations, `x`, rounded to bf16 into the tiled `out` (`tiled_at`).
+/// Unsafe: `out` must hold row `m`'s tiles.
 #[target_feature(enable = "avx512f")]
-pub(super) unsafe fn row_to_bf16(x: &[f32], out: &mut [u16]) {
-    for (x, o) in x.chunks_exact(16).zip(out.chunks_exact_mut(16)) {
-        let b = round_bf16(_mm512_loadu_ps(x.as_ptr()));
-        _mm256_storeu_si256(o.as_mut_ptr().cast(), _mm512_cvtepi32_epi16(b));
+pub(super) unsafe fn row_to_bf16_tiled(x: &[f32], m: usize, out: *mut u16) {
+    let k = x.len();
+    for (s, x) in x.chunks_exact(KSTEP).enumerate() {
+        let o = out.add(tiled_at(m, s * KSTEP, k));
+        for h in 0..2 {
+            let b = round_bf16(_mm512_loadu_ps(x.as_ptr().add(16 * h)));
+            _mm256_storeu_si256(o.add(16 * h).cast(), _mm512_cvtepi32_epi16(b));
+        }
     }
 }
