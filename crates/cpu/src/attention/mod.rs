@@ -12,7 +12,13 @@ use std::cell::RefCell;
 #[cfg(target_arch = "x86_64")]
 mod blocked;
 #[cfg(target_arch = "x86_64")]
+mod x86_avx2;
+#[cfg(target_arch = "x86_64")]
 mod x86_avx512;
+
+/// A score or value pass over one KV head for a group of query heads (`x86_avx512::scores`).
+#[cfg(target_arch = "x86_64")]
+type Pass = unsafe fn(&[f32], &[f16], usize, usize, usize, &mut [f32]);
 
 /// Fewest keys worth a task of their own.
 const MIN_KEYS_PER_SPLIT: usize = 128;
@@ -181,16 +187,22 @@ fn attend_range(
         return part;
     }
     #[cfg(target_arch = "x86_64")]
-    let fast = tier() >= Tier::Avx512 && x86_avx512::fits(hd, group);
+    let passes: Option<(Pass, Pass)> = if tier() >= Tier::Avx512 && x86_avx512::fits(hd, group) {
+        Some((x86_avx512::scores, x86_avx512::values))
+    } else if tier() >= Tier::Avx2 && x86_avx2::fits(hd, group) {
+        Some((x86_avx2::scores, x86_avx2::values))
+    } else {
+        None
+    };
     SCORES.with_borrow_mut(|scores| {
         scores.resize(group * n, 0.0);
         #[cfg(target_arch = "x86_64")]
-        if fast {
-            // SAFETY: the tier has AVX-512F and F16C, `fits` holds, and the caller checked
-            // that every position below n_kv is inside k and v.
-            unsafe { x86_avx512::scores(qs, k, hd, j0, j1, scores) };
+        if let Some((score_pass, value_pass)) = passes {
+            // SAFETY: the tier has the pass's instructions, its `fits` holds, and the caller
+            // checked that every position below n_kv is inside k and v.
+            unsafe { score_pass(qs, k, hd, j0, j1, scores) };
             finish_scores(scores, group, n, p, &mut part);
-            unsafe { x86_avx512::values(scores, v, hd, j0, j1, &mut part.acc) };
+            unsafe { value_pass(scores, v, hd, j0, j1, &mut part.acc) };
             return;
         }
         for (jj, j) in (j0..j1).enumerate() {
