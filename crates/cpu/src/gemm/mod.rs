@@ -13,6 +13,8 @@ pub mod unpack;
 #[cfg(target_arch = "x86_64")]
 mod x86_amx;
 #[cfg(target_arch = "x86_64")]
+mod x86_avx2;
+#[cfg(target_arch = "x86_64")]
 mod x86_avx512;
 
 #[cfg(test)]
@@ -213,7 +215,7 @@ pub struct Microkernel {
     tiles: usize,
 }
 
-/// The GEMM microkernel for this tier, if it has one (lower tiers keep the row-dot kernels).
+/// The GEMM microkernel for this tier, if it has one (the scalar tier keeps the row-dot kernels).
 pub fn microkernel(t: Tier) -> Option<Microkernel> {
     #[cfg(target_arch = "x86_64")]
     if t >= Tier::Amx {
@@ -227,6 +229,14 @@ pub fn microkernel(t: Tier) -> Option<Microkernel> {
     if t >= Tier::Avx512 {
         return Some(Microkernel {
             run: x86_avx512::tile_rows,
+            bf16: false,
+            tiles: 1,
+        });
+    }
+    #[cfg(target_arch = "x86_64")]
+    if t >= Tier::Avx2 {
+        return Some(Microkernel {
+            run: x86_avx2::tile_rows,
             bf16: false,
             tiles: 1,
         });
