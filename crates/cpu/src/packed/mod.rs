@@ -1,6 +1,7 @@
-//! Weights repacked at load for the AVX-512 matmuls of few activation rows (decode, draft
-//! verification): rows interleaved in tiles of 16, so one 64-byte load feeds one `vpdpbusd` for
-//! 16 rows and each block's 16 scales load as one vector, with no per-row reduction.
+//! Weights repacked at load for the AVX2 and AVX-512 matmuls of few activation rows (decode,
+//! draft verification): rows interleaved in tiles of 16, so one 64-byte load feeds one
+//! `vpdpbusd` (AVX2: two `vpmaddubsw`) for 16 rows and each block's 16 scales load as one
+//! vector, with no per-row reduction.
 //!
 //! Layout: tile after tile (16 rows; rows past `n_out` are zero), each tile sub-block after
 //! sub-block (32 elements), each sub-block its quants then 16 f16 scales and, for Q4_1 and
@@ -20,6 +21,8 @@
 //! and Q4_K), so the packed product is the file's. The packed copy also feeds the GEMM's tile
 //! unpacking and the embedding lookup, so the file's pages of a packed weight are not read
 //! again.
+#[cfg(target_arch = "x86_64")]
+mod x86_avx2;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx512;
 
@@ -387,7 +390,7 @@ pub fn pack(
     arena: &HugeArena,
     consumed: &mut dyn FnMut(&[u8]),
 ) -> Option<PackedWeight> {
-    if tier() >= Tier::Avx512 && Kind::of(w.ty).is_some() {
+    if tier() >= Tier::Avx2 && Kind::of(w.ty).is_some() {
         let p = Packed::new(arena, w, consumed)?;
         return Some(PackedWeight {
             bytes: p.buf.len(),
@@ -421,7 +424,7 @@ pub fn packed<'a>(w: &WeightView<'a>) -> Option<&'a Packed> {
 /// Whether `matmul` should take the packed path for these weights and rows.
 pub fn applies(ws: &[WeightView], rows: usize) -> bool {
     (1..=MAX_ROWS).contains(&rows)
-        && tier() >= Tier::Avx512
+        && tier() >= Tier::Avx2
         && ws.iter().all(|w| {
             packed(w).is_some_and(|p| p.n_in == w.n_in && p.n_out == w.n_out)
                 && w.n_in == ws[0].n_in
@@ -430,7 +433,8 @@ pub fn applies(ws: &[WeightView], rows: usize) -> bool {
 
 /// One call's rows of one packed weight: `out (rows, n_out)` for tiles `tiles`, `out` at the
 /// first tile's first column and rows `n_out` apart.
-/// Unsafe: AVX-512 VNNI must exist, `acts` hold `rows` rows of `n_in`, `out` must have room.
+/// Unsafe: the kernel's tier must be this CPU's, `acts` hold `rows` rows of `n_in`, `out` must
+/// have room.
 type TileKernel = unsafe fn(&Packed, Range<usize>, &Acts, usize, *mut f32);
 
 thread_local! {
@@ -456,7 +460,11 @@ pub fn matmul(
     outs: &mut [&mut [f32]],
 ) {
     #[cfg(target_arch = "x86_64")]
-    let kernel: TileKernel = x86_avx512::tiles;
+    let kernel: TileKernel = if tier() >= Tier::Avx512 {
+        x86_avx512::tiles
+    } else {
+        x86_avx2::tiles
+    };
     #[cfg(not(target_arch = "x86_64"))]
     let kernel: TileKernel = unreachable!("packed weights are made on x86-64 only");
     let ps: Vec<&Packed> = ws.iter().map(|w| packed(w).expect("applies")).collect();
@@ -471,7 +479,7 @@ pub fn matmul(
         pool.run(spans, &|task| {
             for_each_part(&ps, span_of(flip, task, spans), spans, |ji, tiles| {
                 let out = outs[ji].ptr();
-                // SAFETY: the tier has AVX-512 VNNI (`applies`); this task alone writes these
+                // SAFETY: the kernel is this tier's (`applies`); this task alone writes these
                 // tiles' columns of every row of this output, whose shape the caller checked.
                 unsafe { kernel(ps[ji], tiles.clone(), acts, rows, out.add(tiles.start * NR)) };
             });

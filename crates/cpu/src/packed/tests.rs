@@ -7,7 +7,7 @@ use ishizuki_core::huge::HugeArena;
 
 #[test]
 fn packed_matmul_matches_the_dequantized_product() {
-    if tier() < Tier::Avx512 {
+    if tier() < Tier::Avx2 {
         eprintln!("skipped: no packed kernels at tier {}", tier().name());
         return;
     }
@@ -37,7 +37,7 @@ fn packed_matmul_matches_the_dequantized_product() {
 
 #[test]
 fn several_packed_weights_share_one_call() {
-    if tier() < Tier::Avx512 {
+    if tier() < Tier::Avx2 {
         return;
     }
     let pool = ThreadPool::new(2);
@@ -256,7 +256,7 @@ fn rows_sweep() {
 #[test]
 #[ignore]
 fn packed_throughput() {
-    if tier() < Tier::Avx512 {
+    if tier() < Tier::Avx2 {
         return;
     }
     let mut rng = Rng(78);
