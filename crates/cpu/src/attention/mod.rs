@@ -9,6 +9,29 @@ use half::f16;
 use ishizuki_core::{backend::AttnParams, Error, Result};
 use std::cell::RefCell;
 
+/// Largest group of query heads the SIMD passes take; larger groups take the portable path.
+#[cfg(target_arch = "x86_64")]
+const MAX_GROUP: usize = 8;
+
+/// Calls `$f::<G>(args)` (or `$f::<W, G>`) for the group size `$g` (1..=MAX_GROUP, checked
+/// by the passes' `fits`).
+#[cfg(target_arch = "x86_64")]
+macro_rules! by_group {
+    ($g:expr, $f:ident$(::<$w:literal>)?($($arg:expr),*)) => {
+        match $g {
+            1 => $f::<$($w,)? 1>($($arg),*),
+            2 => $f::<$($w,)? 2>($($arg),*),
+            3 => $f::<$($w,)? 3>($($arg),*),
+            4 => $f::<$($w,)? 4>($($arg),*),
+            5 => $f::<$($w,)? 5>($($arg),*),
+            6 => $f::<$($w,)? 6>($($arg),*),
+            7 => $f::<$($w,)? 7>($($arg),*),
+            8 => $f::<$($w,)? 8>($($arg),*),
+            _ => unreachable!("checked by fits"),
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 mod blocked;
 #[cfg(target_arch = "x86_64")]

@@ -2,28 +2,9 @@
 //! AVX-512 passes' shape on 8 lanes: each f16 key or value chunk is converted once for every
 //! head of the group, and the per-head sums stay in registers across keys (summing values into
 //! memory key after key chains every key on the last one's store).
+use super::MAX_GROUP;
 use half::f16;
 use std::arch::x86_64::*;
-
-/// Largest group handled here; larger groups take the portable path.
-const MAX_GROUP: usize = 8;
-
-/// Calls `$f::<G>(args)` for the group size `$g` (1..=MAX_GROUP, checked by `fits`).
-macro_rules! by_group {
-    ($g:expr, $f:ident($($arg:expr),*)) => {
-        match $g {
-            1 => $f::<1>($($arg),*),
-            2 => $f::<2>($($arg),*),
-            3 => $f::<3>($($arg),*),
-            4 => $f::<4>($($arg),*),
-            5 => $f::<5>($($arg),*),
-            6 => $f::<6>($($arg),*),
-            7 => $f::<7>($($arg),*),
-            8 => $f::<8>($($arg),*),
-            _ => unreachable!("checked by fits"),
-        }
-    };
-}
 
 /// Whether these passes take a head of `hd` dimensions and `group` query heads.
 pub(super) fn fits(hd: usize, group: usize) -> bool {
@@ -56,32 +37,10 @@ pub(super) unsafe fn values(
     let group = acc.len() / hd;
     // 16 dimensions a pass while two vectors a head fit the registers, else 8
     if group <= 4 {
-        by_group!(group, values_wide(p, v, hd, j0, j1, acc))
+        by_group!(group, values_g::<2>(p, v, hd, j0, j1, acc))
     } else {
-        by_group!(group, values_narrow(p, v, hd, j0, j1, acc))
+        by_group!(group, values_g::<1>(p, v, hd, j0, j1, acc))
     }
-}
-
-unsafe fn values_wide<const G: usize>(
-    p: &[f32],
-    v: &[f16],
-    hd: usize,
-    j0: usize,
-    j1: usize,
-    acc: &mut [f32],
-) {
-    values_g::<2, G>(p, v, hd, j0, j1, acc)
-}
-
-unsafe fn values_narrow<const G: usize>(
-    p: &[f32],
-    v: &[f16],
-    hd: usize,
-    j0: usize,
-    j1: usize,
-    acc: &mut [f32],
-) {
-    values_g::<1, G>(p, v, hd, j0, j1, acc)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]

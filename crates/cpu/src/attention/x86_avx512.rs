@@ -1,28 +1,9 @@
 //! AVX-512 score and value passes for `G` query heads sharing one KV head `(capacity, hd)`: each f16 key or
 //! value chunk is converted once and used by every head of the group, with the per-head sums
 //! held in registers (keys: one vector per head; values: 32 dimensions per head at a time).
+use super::MAX_GROUP;
 use half::f16;
 use std::arch::x86_64::*;
-
-/// Largest group handled here; larger groups take the portable path.
-pub(super) const MAX_GROUP: usize = 8;
-
-/// Calls `$f::<G>(args)` for the group size `$g` (1..=MAX_GROUP, checked by `fits`).
-macro_rules! by_group {
-    ($g:expr, $f:ident($($arg:expr),*)) => {
-        match $g {
-            1 => $f::<1>($($arg),*),
-            2 => $f::<2>($($arg),*),
-            3 => $f::<3>($($arg),*),
-            4 => $f::<4>($($arg),*),
-            5 => $f::<5>($($arg),*),
-            6 => $f::<6>($($arg),*),
-            7 => $f::<7>($($arg),*),
-            8 => $f::<8>($($arg),*),
-            _ => unreachable!("checked by fits"),
-        }
-    };
-}
 
 /// Whether these passes take a head of `hd` dimensions and `group` query heads.
 pub(super) fn fits(hd: usize, group: usize) -> bool {
