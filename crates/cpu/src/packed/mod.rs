@@ -21,6 +21,56 @@
 //! and Q4_K), so the packed product is the file's. The packed copy also feeds the GEMM's tile
 //! unpacking and the embedding lookup, so the file's pages of a packed weight are not read
 //! again.
+/// A kernel module's `TileKernel` entry, `tiles`: per tile, every group of `MR` activation
+/// rows while the tile is in L1, dispatched on the quant kind (`tile_rows::<BITS, KQ, MINS, R>`)
+/// and the group's size (`$r`: the sizes below `MR`).
+#[cfg(target_arch = "x86_64")]
+macro_rules! tile_kernel_entry {
+    ([$($r:literal),*]) => {
+        pub(super) unsafe fn tiles(
+            p: &Packed,
+            tiles: Range<usize>,
+            a: &Acts,
+            rows: usize,
+            out: *mut f32,
+        ) {
+            // the kernels ask for their lines `PREFETCH_BYTES` ahead: the first ones now
+            let start = p.bytes().as_ptr().add(tiles.start * p.tile_bytes());
+            let first = PREFETCH_BYTES.min(tiles.len() * p.tile_bytes());
+            prefetch_lines(start, first, p.prefetch_end());
+            for tile in tiles.clone() {
+                for m0 in (0..rows).step_by(MR) {
+                    let out = out.add(m0 * p.n_out + (tile - tiles.start) * NR);
+                    let n = (rows - m0).min(MR);
+                    match p.kind {
+                        Kind::Nibbles { mins: true } => by_rows::<4, false, true>(p, tile, a, m0, n, out),
+                        Kind::Nibbles { mins: false } => by_rows::<4, false, false>(p, tile, a, m0, n, out),
+                        Kind::Nibbles5 { mins: true } => by_rows::<5, false, true>(p, tile, a, m0, n, out),
+                        Kind::Nibbles5 { mins: false } => by_rows::<5, false, false>(p, tile, a, m0, n, out),
+                        Kind::Bytes => by_rows::<8, false, false>(p, tile, a, m0, n, out),
+                        Kind::NibblesK => by_rows::<4, true, true>(p, tile, a, m0, n, out),
+                    }
+                }
+            }
+        }
+
+        /// `tile_rows` for `n` activation rows.
+        unsafe fn by_rows<const BITS: u8, const KQ: bool, const MINS: bool>(
+            p: &Packed,
+            tile: usize,
+            a: &Acts,
+            m0: usize,
+            n: usize,
+            out: *mut f32,
+        ) {
+            match n {
+                $($r => tile_rows::<BITS, KQ, MINS, $r>(p, tile, a, m0, out),)*
+                _ => tile_rows::<BITS, KQ, MINS, MR>(p, tile, a, m0, out),
+            }
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86_avx2;
 #[cfg(target_arch = "x86_64")]

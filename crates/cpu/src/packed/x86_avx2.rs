@@ -14,37 +14,7 @@ const MR: usize = 2;
 /// Rows per half tile (one 256-bit vector of i32 lanes).
 const HALF: usize = NR / 2;
 
-/// `TileKernel` entry: per tile, every group of `MR` activation rows while the tile is in L1,
-/// dispatched on the quant kind and the group's size.
-pub(super) unsafe fn tiles(p: &Packed, tiles: Range<usize>, a: &Acts, rows: usize, out: *mut f32) {
-    macro_rules! go {
-        ($bits:literal, $kq:literal, $mins:literal, $tile:expr, $m0:expr, $out:expr) => {
-            match (rows - $m0).min(MR) {
-                1 => tile_rows::<$bits, $kq, $mins, 1>(p, $tile, a, $m0, $out),
-                _ => tile_rows::<$bits, $kq, $mins, MR>(p, $tile, a, $m0, $out),
-            }
-        };
-    }
-    let start = p.bytes().as_ptr().add(tiles.start * p.tile_bytes());
-    prefetch_lines(
-        start,
-        PREFETCH_BYTES.min(tiles.len() * p.tile_bytes()),
-        p.prefetch_end(),
-    );
-    for tile in tiles.clone() {
-        for m0 in (0..rows).step_by(MR) {
-            let out = out.add(m0 * p.n_out + (tile - tiles.start) * NR);
-            match p.kind {
-                Kind::Nibbles { mins: true } => go!(4, false, true, tile, m0, out),
-                Kind::Nibbles { mins: false } => go!(4, false, false, tile, m0, out),
-                Kind::Nibbles5 { mins: true } => go!(5, false, true, tile, m0, out),
-                Kind::Nibbles5 { mins: false } => go!(5, false, false, tile, m0, out),
-                Kind::Bytes => go!(8, false, false, tile, m0, out),
-                Kind::NibblesK => go!(4, true, true, tile, m0, out),
-            }
-        }
-    }
-}
+tile_kernel_entry!([1]);
 
 /// 32 bytes of 0x10 where bit `b` of `bits` is set (byte `b`), else 0: the fifth bits of a
 /// half's 32 quants.

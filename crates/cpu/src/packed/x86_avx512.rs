@@ -10,44 +10,7 @@ use std::ops::Range;
 /// Activation rows per kernel call (accumulators held in registers).
 const MR: usize = 8;
 
-/// `TileKernel` entry: per tile, every group of `MR` activation rows while the tile is in L1,
-/// dispatched on the quant kind and the group's size.
-pub(super) unsafe fn tiles(p: &Packed, tiles: Range<usize>, a: &Acts, rows: usize, out: *mut f32) {
-    macro_rules! go {
-        ($bits:literal, $kq:literal, $mins:literal, $tile:expr, $m0:expr, $out:expr) => {
-            match (rows - $m0).min(MR) {
-                1 => tile_rows::<$bits, $kq, $mins, 1>(p, $tile, a, $m0, $out),
-                2 => tile_rows::<$bits, $kq, $mins, 2>(p, $tile, a, $m0, $out),
-                3 => tile_rows::<$bits, $kq, $mins, 3>(p, $tile, a, $m0, $out),
-                4 => tile_rows::<$bits, $kq, $mins, 4>(p, $tile, a, $m0, $out),
-                5 => tile_rows::<$bits, $kq, $mins, 5>(p, $tile, a, $m0, $out),
-                6 => tile_rows::<$bits, $kq, $mins, 6>(p, $tile, a, $m0, $out),
-                7 => tile_rows::<$bits, $kq, $mins, 7>(p, $tile, a, $m0, $out),
-                _ => tile_rows::<$bits, $kq, $mins, MR>(p, $tile, a, $m0, $out),
-            }
-        };
-    }
-    // the loop below asks for its lines `PREFETCH_BYTES` ahead: the first ones now
-    let start = p.bytes().as_ptr().add(tiles.start * p.tile_bytes());
-    prefetch_lines(
-        start,
-        PREFETCH_BYTES.min(tiles.len() * p.tile_bytes()),
-        p.prefetch_end(),
-    );
-    for tile in tiles.clone() {
-        for m0 in (0..rows).step_by(MR) {
-            let out = out.add(m0 * p.n_out + (tile - tiles.start) * NR);
-            match p.kind {
-                Kind::Nibbles { mins: true } => go!(4, false, true, tile, m0, out),
-                Kind::Nibbles { mins: false } => go!(4, false, false, tile, m0, out),
-                Kind::Nibbles5 { mins: true } => go!(5, false, true, tile, m0, out),
-                Kind::Nibbles5 { mins: false } => go!(5, false, false, tile, m0, out),
-                Kind::Bytes => go!(8, false, false, tile, m0, out),
-                Kind::NibblesK => go!(4, true, true, tile, m0, out),
-            }
-        }
-    }
-}
+tile_kernel_entry!([1, 2, 3, 4, 5, 6, 7]);
 
 /// Activation rows `m0..m0 + R` against one tile of `BITS`-bit quants, with K-quant heads
 /// per super-block when `KQ`, legacy heads with mins when `MINS` (else the min is
