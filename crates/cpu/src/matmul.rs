@@ -175,16 +175,11 @@ pub(crate) struct RowTasks {
 
 impl RowTasks {
     pub(crate) fn new(n_outs: impl Iterator<Item = usize>, rows: usize, n_threads: usize) -> Self {
-        Self::with_chunks(n_outs, |n| chunk_rows(n, rows, n_threads))
-    }
-
-    /// Tasks of `chunk(n_out)` units of each weight (rows, or the packed path's tiles).
-    pub(crate) fn with_chunks(
-        n_outs: impl Iterator<Item = usize>,
-        chunk: impl Fn(usize) -> usize,
-    ) -> Self {
         let n_outs: Vec<usize> = n_outs.collect();
-        let chunks: Vec<usize> = n_outs.iter().map(|&n| chunk(n).max(1)).collect();
+        let chunks: Vec<usize> = n_outs
+            .iter()
+            .map(|&n| chunk_rows(n, rows, n_threads).max(1))
+            .collect();
         let mut first = vec![0];
         for (n, c) in n_outs.iter().zip(&chunks) {
             first.push(first.last().unwrap() + n.div_ceil(*c));
@@ -259,15 +254,8 @@ pub(crate) const PREFETCH_BYTES: usize = 8192;
 /// Asks for the cache lines of `len` bytes at `at` in `data` (nothing past its end).
 #[inline(always)]
 pub(crate) fn prefetch(data: &[u8], at: usize, len: usize) {
-    #[cfg(target_arch = "x86_64")]
-    for line in (at..(at + len).min(data.len())).step_by(64) {
-        // SAFETY: prefetching an address inside `data` has no side effects.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                data.as_ptr().add(line).cast(),
-            )
-        };
-    }
+    let bytes = data.as_ptr_range();
+    prefetch_lines(bytes.start.wrapping_add(at), len, bytes.end);
 }
 
 /// Asks for the cache lines of `len` bytes at `at` that lie below `end`.
