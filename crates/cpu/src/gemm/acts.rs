@@ -11,6 +11,25 @@ pub(super) fn quantize_row(
     sum16: &mut [f32],
     sum32: &mut [f32],
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if tier() >= Tier::Avx2 {
+        // SAFETY: the tier guarantees AVX2; one dispatch per row, so the block helpers inline.
+        return unsafe { x86::quantize_row(x, q, d, sum16, sum32) };
+    }
+    quantize_row_with(x, q, d, sum16, sum32, max_abs, quantize_block)
+}
+
+/// `quantize_row` with the block helpers given, so a SIMD instance can inline its own.
+#[inline(always)]
+fn quantize_row_with(
+    x: &[f32],
+    q: &mut [i8],
+    d: &mut [f32],
+    sum16: &mut [f32],
+    sum32: &mut [f32],
+    max_abs: impl Fn(&[f32]) -> f32,
+    quantize_block: impl Fn(&[f32], f32, &mut [i8]) -> [i32; 2],
+) {
     let blocks = x.chunks_exact(32).zip(q.chunks_exact_mut(32));
     for (b, (xb, qb)) in blocks.enumerate() {
         let amax = max_abs(xb);
@@ -55,6 +74,19 @@ pub(super) fn quantize_block_scalar(x: &[f32], id: f32, q: &mut [i8]) -> [i32; 2
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn quantize_row(
+        x: &[f32],
+        q: &mut [i8],
+        d: &mut [f32],
+        sum16: &mut [f32],
+        sum32: &mut [f32],
+    ) {
+        let max_abs = |xb: &[f32]| max_abs(xb);
+        let quantize_block = |xb: &[f32], id: f32, qb: &mut [i8]| quantize_block(xb, id, qb);
+        super::quantize_row_with(x, q, d, sum16, sum32, max_abs, quantize_block)
+    }
 
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn max_abs(x: &[f32]) -> f32 {

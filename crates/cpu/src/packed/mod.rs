@@ -77,18 +77,20 @@ mod x86_avx2;
 mod x86_avx512;
 
 mod next_call;
+mod spans;
 #[cfg(test)]
 mod tests;
 
 use crate::gemm::{unpack, Acts};
 use crate::matmul::{prefetch_lines, PREFETCH_BYTES};
-use crate::pool::{SharedMut, ThreadPool};
+use crate::pool::{self, SharedMut, ThreadPool};
 use crate::simd::{tier, Tier};
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 use ishizuki_core::huge::{HugeArena, HugeSlice};
 use ishizuki_core::quant::{get_scale_min_k4, BlockQ4K};
 use ishizuki_core::{GgmlType, PackedWeight, WeightView};
+use spans::Chunks;
 use std::cell::RefCell;
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -488,8 +490,16 @@ pub fn applies(ws: &[WeightView], rows: usize) -> bool {
 type TileKernel = unsafe fn(&Packed, Range<usize>, &Acts, usize, *mut f32);
 
 thread_local! {
-    /// The call's quantized activations, and the span starts of the call expected next.
-    static STATE: RefCell<(Acts, Vec<next_call::SpanStart>)> = RefCell::default();
+    /// The call's quantized activations, its chunks, and the span starts of the call expected
+    /// next.
+    static STATE: RefCell<CallState> = RefCell::default();
+}
+
+#[derive(Default)]
+struct CallState {
+    acts: Acts,
+    chunks: Chunks,
+    ahead: Vec<next_call::SpanStart>,
 }
 
 /// Calls so far, whose parity orders the halves of the next one (see `matmul`).
@@ -499,7 +509,8 @@ static CALLS: AtomicUsize = AtomicUsize::new(0);
 ///
 /// The weights' tiles, in order, are cut into one contiguous span of about equal bytes per
 /// thread, so each thread streams one range (prefetchers ramp up once per call, not per
-/// weight). Packed weights lie in the arena in forward order, so the thread that ends a call
+/// weight); a thread that ends its span early takes chunks from the back of another
+/// (`spans`). Packed weights lie in the arena in forward order, so the thread that ends a call
 /// at its last byte can go on into the next call's first span: the spans' order flips every
 /// call, and the kernels prefetch past a weight's end.
 pub fn matmul(
@@ -522,21 +533,40 @@ pub fn matmul(
     let n_tiles: usize = ps.iter().map(|p| p.n_tiles()).sum();
     let spans = pool.n_threads().min(n_tiles);
     let flip = CALLS.fetch_add(1, Ordering::Relaxed) % 2 == 1;
-    STATE.with_borrow_mut(|(acts, ahead)| {
-        next_call::record(&ps, spans, ahead);
-        acts.quantize(pool, x, rows, ws[0].n_in);
-        let (acts, ahead): (&Acts, &[next_call::SpanStart]) = (acts, ahead);
-        pool.run(spans, &|task| {
-            for_each_part(&ps, span_of(flip, task, spans), spans, |ji, tiles| {
+    STATE.with_borrow_mut(|state| {
+        next_call::record(&ps, spans, &mut state.ahead);
+        state.acts.quantize(pool, x, rows, ws[0].n_in);
+        state.chunks.reset(spans::total_bytes(&ps), spans);
+        let CallState {
+            acts,
+            chunks,
+            ahead,
+        } = &*state;
+        let run_chunk = |span: usize, chunk: usize| {
+            spans::for_each_part(&ps, chunks.chunk_bytes(span, chunk), |ji, tiles| {
                 let out = outs[ji].ptr();
-                // SAFETY: the kernel is this tier's (`applies`); this task alone writes these
-                // tiles' columns of every row of this output, whose shape the caller checked.
+                // SAFETY: the kernel is this tier's (`applies`); only this chunk's claimant
+                // writes these tiles' columns of every row of this output, whose shape the
+                // caller checked.
                 unsafe { kernel(ps[ji], tiles.clone(), acts, rows, out.add(tiles.start * NR)) };
-            });
-            // this thread takes this task next call too (`ThreadPool::run`); the order flips
+            })
+        };
+        pool.run(spans, &|task| {
+            let own = span_of(flip, task, spans);
+            while let Some(chunk) = chunks.claim_front(own) {
+                run_chunk(own, chunk);
+            }
+            while let Some((span, chunk)) = chunks.steal_back() {
+                run_chunk(span, chunk);
+            }
+            // this thread takes this task next call too (`ThreadPool::run`); the order flips.
+            // Its first lines now, and a worker streams on into its L2 while it waits.
             if task < ahead.len() {
-                let (at, end) = ahead[span_of(!flip, task, ahead.len())];
-                prefetch_lines(at as *const u8, PREFETCH_BYTES, end as *const u8);
+                let next = ahead[span_of(!flip, task, ahead.len())];
+                let (at, end) = (next.at as *const u8, next.end as *const u8);
+                prefetch_lines(at, PREFETCH_BYTES, end);
+                let rest = next.len.saturating_sub(PREFETCH_BYTES);
+                pool::prefetch_while_idle(at.wrapping_add(PREFETCH_BYTES), rest, end);
             }
         });
     });
@@ -548,30 +578,5 @@ fn span_of(flip: bool, task: usize, spans: usize) -> usize {
         spans - 1 - task
     } else {
         task
-    }
-}
-
-/// Calls `f(weight, tiles)` for the non-empty parts of span `span` of `spans`: the tiles whose
-/// first byte lies in that span's share of all the weights' bytes, taken in order.
-fn for_each_part(
-    ps: &[&Packed],
-    span: usize,
-    spans: usize,
-    mut f: impl FnMut(usize, Range<usize>),
-) {
-    let total: usize = ps.iter().map(|p| p.n_tiles() * p.tile_bytes()).sum();
-    let (lo, hi) = (total * span / spans, total * (span + 1) / spans);
-    let mut at = 0;
-    for (ji, p) in ps.iter().enumerate() {
-        let first_at_or_after = |b: usize| {
-            b.saturating_sub(at)
-                .div_ceil(p.tile_bytes())
-                .min(p.n_tiles())
-        };
-        let tiles = first_at_or_after(lo)..first_at_or_after(hi);
-        at += p.n_tiles() * p.tile_bytes();
-        if !tiles.is_empty() {
-            f(ji, tiles);
-        }
     }
 }

@@ -337,12 +337,12 @@ fn spans_cover_every_tile_once() {
         })
         .collect();
     let ps: Vec<&Packed> = ps.iter().collect();
-    let total: usize = ps.iter().map(|p| p.n_tiles() * p.tile_bytes()).sum();
+    let total = spans::total_bytes(&ps);
     for spans in 1..=20 {
         let mut seen = Vec::new();
         for span in 0..spans {
             let mut bytes = 0;
-            for_each_part(&ps, span, spans, |ji, tiles| {
+            spans::for_each_part(&ps, spans::span_bytes(total, span, spans), |ji, tiles| {
                 bytes += tiles.len() * ps[ji].tile_bytes();
                 seen.extend(tiles.map(|t| (ji, t)));
             });
@@ -380,6 +380,55 @@ fn a_call_learns_which_call_follows_it() {
     let start = |p: &Packed, tile: usize| p.bytes().as_ptr() as usize + tile * p.tile_bytes();
     let end = b.prefetch_end() as usize;
     // b's 6 tiles in two spans of 3
-    assert_eq!(ahead, [(start(&b, 0), end), (start(&b, 3), end)]);
+    let len = 3 * b.tile_bytes();
+    let want = [start(&b, 0), start(&b, 3)].map(|at| next_call::SpanStart { at, len, end });
+    assert_eq!(ahead, want);
     assert!(end >= start(&b, 6));
+}
+
+/// Threads that claim from their own span's front and steal from the backs of the others get
+/// every chunk of every span exactly once, whichever wins each race.
+#[test]
+fn racing_claims_take_every_chunk_once() {
+    let spans = 4;
+    let total = 40 * spans::CHUNK_BYTES + 1000;
+    let mut chunks = Chunks::default();
+    for round in 0..20 {
+        chunks.reset(total, spans);
+        let chunks = &chunks;
+        let taken: Vec<Vec<(usize, usize)>> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..spans)
+                .map(|own| {
+                    s.spawn(move || {
+                        let mut mine = Vec::new();
+                        // uneven speeds, so the stealing differs from round to round
+                        let pause =
+                            || (0..(own * 37 + round) % 200).for_each(|_| std::hint::spin_loop());
+                        while let Some(c) = chunks.claim_front(own) {
+                            mine.push((own, c));
+                            pause();
+                        }
+                        while let Some(sc) = chunks.steal_back() {
+                            mine.push(sc);
+                            pause();
+                        }
+                        mine
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        let mut all: Vec<Range<usize>> = taken
+            .iter()
+            .flatten()
+            .map(|&(span, c)| chunks.chunk_bytes(span, c))
+            .collect();
+        all.sort_by_key(|r| r.start);
+        assert_eq!(all.first().map(|r| r.start), Some(0));
+        assert!(
+            all.windows(2).all(|w| w[0].end == w[1].start),
+            "round {round}: a gap or a chunk twice"
+        );
+        assert_eq!(all.last().map(|r| r.end), Some(total));
+    }
 }
