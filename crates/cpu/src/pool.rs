@@ -4,7 +4,11 @@
 //! is 0) takes task `i` first, so a job of one task per thread puts the same share on the same
 //! thread every time (a thread can go on streaming where its last task ended); tasks past
 //! those, and any a thread has not claimed when another runs out of work, go to whoever asks.
+//! A task that panics, on any thread, makes `run` panic on its caller once the job is over;
+//! the workers live on.
+use std::any::Any;
 use std::cell::Cell;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -22,6 +26,8 @@ struct Job<'a> {
     /// The next task past the threads' own ones.
     next_task: AtomicUsize,
     done_tasks: AtomicUsize,
+    /// The first panic of a task, resumed on the caller after the job.
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
 }
 
 /// Tasks that belong to a thread first: one per thread, as many as `own_claimed` has bits.
@@ -134,6 +140,7 @@ impl ThreadPool {
             own_claimed: AtomicU64::new(0),
             next_task: AtomicUsize::new(own),
             done_tasks: AtomicUsize::new(0),
+            panic: Mutex::new(None),
         };
         let addr = &job as *const Job as u64;
         assert!(addr & !ADDR_MASK == 0, "a stack address above 2^48");
@@ -155,6 +162,11 @@ impl ThreadPool {
         while s.active.load(Ordering::SeqCst) != 0 {
             std::hint::spin_loop();
         }
+        drop(generation);
+        let panic = job.panic.into_inner().unwrap_or_else(|e| e.into_inner());
+        if let Some(payload) = panic {
+            std::panic::resume_unwind(payload);
+        }
     }
 }
 
@@ -162,7 +174,11 @@ impl ThreadPool {
 fn run_tasks(job: &Job, me: usize) {
     let own = job.own;
     let run = |i: usize| {
-        (job.f)(i);
+        // a task that unwound still counts as done, or the caller would wait forever
+        if let Err(payload) = std::panic::catch_unwind(AssertUnwindSafe(|| (job.f)(i))) {
+            let mut first = job.panic.lock().unwrap_or_else(|e| e.into_inner());
+            first.get_or_insert(payload);
+        }
         job.done_tasks.fetch_add(1, Ordering::Release);
     };
     let claim_own = |i: usize| job.own_claimed.fetch_or(1 << i, Ordering::Relaxed) & 1 << i == 0;
@@ -345,6 +361,35 @@ mod tests {
         }
         let ns = start.elapsed().as_nanos() as f64 / ops as f64;
         println!("pool: {ns:.0} ns per op of 2 tasks");
+    }
+
+    /// A task that panics on a worker makes `run` panic on the caller after every other task
+    /// has run, and the pool takes the next job as before.
+    #[test]
+    fn a_panicking_task_panics_the_caller_and_the_pool_lives_on() {
+        let pool = ThreadPool::new(2);
+        for round in 0..50 {
+            let ran = AtomicUsize::new(0);
+            let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                pool.run(8, &|i| {
+                    ran.fetch_add(1, Ordering::Relaxed);
+                    if i == round % 8 {
+                        panic!("task {i} fails");
+                    }
+                })
+            }));
+            let payload = result.expect_err("the task's panic reaches the caller");
+            assert_eq!(
+                payload.downcast_ref::<String>().map(String::as_str),
+                Some(&*format!("task {} fails", round % 8))
+            );
+            assert_eq!(ran.load(Ordering::Relaxed), 8, "every task ran");
+            let total = AtomicUsize::new(0);
+            pool.run(4, &|i| {
+                total.fetch_add(i, Ordering::Relaxed);
+            });
+            assert_eq!(total.load(Ordering::Relaxed), 6);
+        }
     }
 
     /// A worker left with lines to fetch while it waits still takes every job, at once: the
