@@ -542,8 +542,8 @@ pub fn matmul(
             chunks,
             ahead,
         } = &*state;
-        let run_chunk = |span: usize, chunk: usize| {
-            spans::for_each_part(&ps, chunks.chunk_bytes(span, chunk), |ji, tiles| {
+        let run_chunks = |span: usize, claimed: Range<usize>| {
+            spans::for_each_part(&ps, chunks.chunk_bytes(span, claimed), |ji, tiles| {
                 let out = outs[ji].ptr();
                 // SAFETY: the kernel is this tier's (`applies`); only this chunk's claimant
                 // writes these tiles' columns of every row of this output, whose shape the
@@ -553,11 +553,11 @@ pub fn matmul(
         };
         pool.run(spans, &|task| {
             let own = span_of(flip, task, spans);
-            while let Some(chunk) = chunks.claim_front(own) {
-                run_chunk(own, chunk);
+            while let Some(claimed) = chunks.claim_front(own) {
+                run_chunks(own, claimed);
             }
             while let Some((span, chunk)) = chunks.steal_back() {
-                run_chunk(span, chunk);
+                run_chunks(span, chunk..chunk + 1);
             }
             // this thread takes this task next call too (`ThreadPool::run`); the order flips.
             // Its first lines now, and a worker streams on into its L2 while it waits.

@@ -43,19 +43,28 @@ impl Chunks {
         span_bytes(self.total, span, self.spans.len())
     }
 
-    /// Chunk `chunk` of span `span`, as bytes of all the weights.
-    pub(super) fn chunk_bytes(&self, span: usize, chunk: usize) -> Range<usize> {
+    /// Chunks `chunks` of span `span`, as bytes of all the weights.
+    pub(super) fn chunk_bytes(&self, span: usize, chunks: Range<usize>) -> Range<usize> {
         let b = self.span_bytes(span);
-        let start = b.start + chunk * CHUNK_BYTES;
-        start..(start + CHUNK_BYTES).min(b.end)
+        let at = |c: usize| (b.start + c * CHUNK_BYTES).min(b.end);
+        at(chunks.start)..at(chunks.end)
     }
 
-    /// The next chunk from the front of span `span`, if any is left.
-    pub(super) fn claim_front(&self, span: usize) -> Option<usize> {
-        // front may pass back here; that claim fails and `steal_back` sees an empty span
-        let old = self.spans[span].0.fetch_add(1, Ordering::Relaxed);
+    /// The next chunks from the front of span `span`: half of those left (at least one), so
+    /// the owner makes a few claims per call while a thief still finds about half of what is
+    /// left unclaimed. None when the span is all claimed.
+    pub(super) fn claim_front(&self, span: usize) -> Option<Range<usize>> {
+        let word = &self.spans[span].0;
+        let seen = word.load(Ordering::Relaxed);
+        let take = (seen >> 32)
+            .saturating_sub(seen & FRONT_MASK)
+            .div_ceil(2)
+            .max(1);
+        // front may pass back here; those chunks were stolen, and `steal_back` sees an empty
+        // span
+        let old = word.fetch_add(take, Ordering::Relaxed);
         let (front, back) = (old & FRONT_MASK, old >> 32);
-        (front < back).then_some(front as usize)
+        (front < back).then(|| front as usize..(front + take).min(back) as usize)
     }
 
     /// The last unclaimed chunk of the span with the most left, as `(span, chunk)`; None when

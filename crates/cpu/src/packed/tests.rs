@@ -396,7 +396,7 @@ fn racing_claims_take_every_chunk_once() {
     for round in 0..20 {
         chunks.reset(total, spans);
         let chunks = &chunks;
-        let taken: Vec<Vec<(usize, usize)>> = std::thread::scope(|s| {
+        let taken: Vec<Vec<(usize, Range<usize>)>> = std::thread::scope(|s| {
             let threads: Vec<_> = (0..spans)
                 .map(|own| {
                     s.spawn(move || {
@@ -404,12 +404,12 @@ fn racing_claims_take_every_chunk_once() {
                         // uneven speeds, so the stealing differs from round to round
                         let pause =
                             || (0..(own * 37 + round) % 200).for_each(|_| std::hint::spin_loop());
-                        while let Some(c) = chunks.claim_front(own) {
-                            mine.push((own, c));
+                        while let Some(claimed) = chunks.claim_front(own) {
+                            mine.push((own, claimed));
                             pause();
                         }
-                        while let Some(sc) = chunks.steal_back() {
-                            mine.push(sc);
+                        while let Some((span, c)) = chunks.steal_back() {
+                            mine.push((span, c..c + 1));
                             pause();
                         }
                         mine
@@ -421,7 +421,7 @@ fn racing_claims_take_every_chunk_once() {
         let mut all: Vec<Range<usize>> = taken
             .iter()
             .flatten()
-            .map(|&(span, c)| chunks.chunk_bytes(span, c))
+            .map(|(span, claimed)| chunks.chunk_bytes(*span, claimed.clone()))
             .collect();
         all.sort_by_key(|r| r.start);
         assert_eq!(all.first().map(|r| r.start), Some(0));
