@@ -11,51 +11,116 @@ use std::ops::Range;
 
 /// Queries per task: two f32 vectors of lanes, so each converted key and value row serves
 /// up to 32 queries.
-pub(super) const LANES: usize = 32;
+const LANES: usize = 32;
 /// f32 vectors of lanes.
 const V: usize = LANES / 16;
 /// Keys scored at once (independent FMA chains).
 const KEYS: usize = 8;
 /// f32 bytes of converted value rows held at once (stays in L1).
-const VALUE_CHUNK_BYTES: usize = 16 << 10;
+pub(super) const VALUE_CHUNK_BYTES: usize = 16 << 10;
+/// Most lanes of any tier's blocks.
+pub(super) const MAX_LANES: usize = 32;
 
-/// Calls `$f::<HD>(args)` for the head size `$hd` (checked by `fits`).
-macro_rules! by_hd {
-    ($hd:expr, $f:ident($($arg:expr),*)) => {
-        match $hd {
-            32 => $f::<32>($($arg),*),
-            64 => $f::<64>($($arg),*),
-            128 => $f::<128>($($arg),*),
-            256 => $f::<256>($($arg),*),
-            _ => unreachable!("checked by fits"),
-        }
-    };
+/// One tier's passes over a block, which `attend` frames.
+pub(super) trait Passes {
+    /// Queries per task (at most `MAX_LANES`).
+    const LANES: usize;
+    /// Key rows the score pass converts at once.
+    const KEYS: usize;
+    /// Scores `s.qt` (`(HD, LANES)` queries) against the block's keys, softmaxes them, and
+    /// adds the weighted values into `s.acc` (`(LANES, HD)`, zero) for its lanes; returns each
+    /// lane's sum of weights. Unsafe: the tier's instructions must exist.
+    unsafe fn run<const HD: usize>(s: &mut Scratch, a: &BlockInput) -> [f32; MAX_LANES];
 }
 
-/// Whether blocks take heads of `hd` dimensions and `group` query heads per KV head.
-pub(super) fn fits(hd: usize, group: usize) -> bool {
-    matches!(hd, 32 | 64 | 128 | 256) && (1..=LANES).contains(&group)
+/// The AVX-512 passes.
+pub(super) struct Avx512;
+
+impl_passes!(Avx512);
+
+/// Whether `T`'s blocks take heads of `hd` dimensions and `group` query heads per KV head.
+pub(super) fn fits<T: Passes>(hd: usize, group: usize) -> bool {
+    matches!(hd, 32 | 64 | 128 | 256) && (1..=T::LANES).contains(&group)
 }
 
-/// Query rows per block: as many whole rows as fill the lanes.
-pub(super) fn block_rows(group: usize) -> usize {
-    LANES / group
-}
-
+/// A block task's buffers (either tier's, one at a time per thread).
 #[derive(Default)]
-struct Scratch {
-    /// `(hd, LANES)` queries.
-    qt: Vec<f32>,
-    /// `(keys, LANES)` scores, then softmax weights.
-    scores: Vec<f32>,
+pub(super) struct Scratch {
+    /// `(hd, lanes)` queries.
+    pub qt: Vec<f32>,
+    /// `(keys, lanes)` scores, then softmax weights.
+    pub scores: Vec<f32>,
     /// Converted key or value rows.
-    rows: Vec<f32>,
-    /// `(LANES, hd)` weighted sums of values.
-    acc: Vec<f32>,
+    pub rows: Vec<f32>,
+    /// `(lanes, hd)` weighted sums of values.
+    pub acc: Vec<f32>,
 }
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// What a tier's passes take besides the scratch: the block's keys `k` and values `v`
+/// (`(j_hi - j_lo, hd)`, from key `j_lo`), the keys lane `l` sees (`lo[l]..=hi[l]`; idle lanes
+/// none), its active lanes and the heads' parameters.
+pub(super) struct BlockInput<'a> {
+    pub k: &'a [f16],
+    pub v: &'a [f16],
+    pub j_lo: usize,
+    pub lo: [i32; MAX_LANES],
+    pub hi: [i32; MAX_LANES],
+    pub lanes: usize,
+    pub p: &'a AttnParams,
+}
+
+/// A block around `T`'s passes: the lanes' keys and transposed queries go in, each lane's
+/// output is its weighted sum of values over its sum of weights.
+unsafe fn attend_hd<T: Passes, const HD: usize>(
+    b: &Block,
+    q: &[f32],
+    k: &[f16],
+    v: &[f16],
+    p: &AttnParams,
+    out: *mut f32,
+) {
+    let (lanes, width) = (b.lanes(), T::LANES);
+    let first = |l: usize| p.window.map_or(0, |w| (b.pos(l) + 1).saturating_sub(w));
+    let j_lo = (0..lanes).map(first).min().unwrap_or(0);
+    let j_hi = (0..lanes).map(|l| b.pos(l) + 1).max().unwrap_or(0);
+    let mut input = BlockInput {
+        k: &k[j_lo * HD..j_hi * HD],
+        v: &v[j_lo * HD..j_hi * HD],
+        j_lo,
+        lo: [i32::MAX; MAX_LANES],
+        hi: [-1; MAX_LANES],
+        lanes,
+        p,
+    };
+    for l in 0..lanes {
+        (input.lo[l], input.hi[l]) = (first(l) as i32, b.pos(l) as i32);
+    }
+    SCRATCH.with_borrow_mut(|s| {
+        s.qt.resize(HD * width, 0.0);
+        s.qt.fill(0.0);
+        for l in 0..lanes {
+            for (d, &x) in q[b.head_row(l) * HD..][..HD].iter().enumerate() {
+                s.qt[d * width + l] = x;
+            }
+        }
+        s.scores.resize((j_hi - j_lo) * width, 0.0);
+        s.rows
+            .resize(T::KEYS.max(VALUE_CHUNK_BYTES / 4 / HD) * HD, 0.0);
+        s.acc.resize(width * HD, 0.0);
+        s.acc.fill(0.0);
+        let sums = T::run::<HD>(s, &input);
+        for (l, sum) in sums.iter().enumerate().take(lanes) {
+            let o = std::slice::from_raw_parts_mut(out.add(b.head_row(l) * HD), HD);
+            let inv = 1.0 / sum;
+            for (o, a) in o.iter_mut().zip(&s.acc[l * HD..][..HD]) {
+                *o = a * inv;
+            }
+        }
+    });
 }
 
 /// Where a block's lanes come from: lane `l` is row `rows.start + l / group`, query head
@@ -69,24 +134,25 @@ pub(super) struct Block<'a> {
 }
 
 impl Block<'_> {
-    fn lanes(&self) -> usize {
+    pub(super) fn lanes(&self) -> usize {
         self.rows.len() * self.group
     }
 
     /// Offset of lane `l`'s head row in `q` and `out`, in units of `hd`.
-    fn head_row(&self, l: usize) -> usize {
+    pub(super) fn head_row(&self, l: usize) -> usize {
         (self.rows.start + l / self.group) * self.n_head + self.kvh * self.group + l % self.group
     }
 
-    fn pos(&self, l: usize) -> usize {
+    pub(super) fn pos(&self, l: usize) -> usize {
         self.positions[self.rows.start + l / self.group] as usize
     }
 }
 
-/// Attends the block's lanes to this KV head's keys and values `(capacity, hd)` and writes
-/// their outputs. Unsafe: AVX-512F/F16C must exist, `fits(hd, group)`, every lane's position
-/// is inside `k` and `v`, and `out` has room for every head row (`(rows, n_head, hd)`).
-pub(super) unsafe fn attend(
+/// Attends the block's lanes to this KV head's keys and values `(capacity, hd)` with `T`'s
+/// passes and writes their outputs. Unsafe: `T`'s instructions must exist, `fits::<T>(hd,
+/// group)`, every lane's position is inside `k` and `v`, and `out` has room for every head row
+/// (`(rows, n_head, hd)`).
+pub(super) unsafe fn attend<T: Passes>(
     b: &Block,
     q: &[f32],
     k: &[f16],
@@ -95,67 +161,24 @@ pub(super) unsafe fn attend(
     p: &AttnParams,
     out: *mut f32,
 ) {
-    by_hd!(hd, attend_hd(b, q, k, v, p, out))
+    by_hd!(hd, attend_hd::<T>(b, q, k, v, p, out))
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,f16c,avx2,fma")]
-unsafe fn attend_hd<const HD: usize>(
-    b: &Block,
-    q: &[f32],
-    k: &[f16],
-    v: &[f16],
-    p: &AttnParams,
-    out: *mut f32,
-) {
-    let lanes = b.lanes();
-    let first = |l: usize| p.window.map_or(0, |w| (b.pos(l) + 1).saturating_sub(w));
-    let j_lo = (0..lanes).map(first).min().unwrap_or(0);
-    let j_hi = (0..lanes).map(|l| b.pos(l) + 1).max().unwrap_or(0);
-    let n = j_hi - j_lo;
-    // per lane, the keys it sees as i32 vectors; idle lanes see none
-    let (mut lo, mut hi) = ([i32::MAX; LANES], [-1i32; LANES]);
-    for l in 0..lanes {
-        (lo[l], hi[l]) = (first(l) as i32, b.pos(l) as i32);
-    }
+unsafe fn passes<const HD: usize>(s: &mut Scratch, a: &BlockInput) -> [f32; MAX_LANES] {
+    // per lane, the keys it sees as i32 vectors
     let lo: [__m512i; V] =
-        std::array::from_fn(|i| _mm512_loadu_si512(lo[16 * i..].as_ptr().cast()));
+        std::array::from_fn(|i| _mm512_loadu_si512(a.lo[16 * i..].as_ptr().cast()));
     let hi: [__m512i; V] =
-        std::array::from_fn(|i| _mm512_loadu_si512(hi[16 * i..].as_ptr().cast()));
-    SCRATCH.with_borrow_mut(|s| {
-        s.qt.resize(HD * LANES, 0.0);
-        s.qt.fill(0.0);
-        for l in 0..lanes {
-            for (d, &x) in q[b.head_row(l) * HD..][..HD].iter().enumerate() {
-                s.qt[d * LANES + l] = x;
-            }
-        }
-        s.scores.resize(n * LANES, 0.0);
-        s.rows
-            .resize(KEYS.max(VALUE_CHUNK_BYTES / 4 / HD) * HD, 0.0);
-        scores::<HD>(&s.qt, &k[j_lo * HD..j_hi * HD], &mut s.rows, &mut s.scores);
-        let sum = softmax(&mut s.scores, j_lo, lo, hi, p);
-        s.acc.resize(LANES * HD, 0.0);
-        s.acc.fill(0.0);
-        values::<HD>(
-            &s.scores,
-            &v[j_lo * HD..j_hi * HD],
-            lanes,
-            &mut s.rows,
-            &mut s.acc,
-        );
-        let mut sums = [0f32; LANES];
-        for (i, s) in sum.iter().enumerate() {
-            _mm512_storeu_ps(sums[16 * i..].as_mut_ptr(), *s);
-        }
-        for (l, sum) in sums.iter().enumerate().take(lanes) {
-            let o = out.add(b.head_row(l) * HD);
-            let inv = _mm512_set1_ps(1.0 / sum);
-            for c in 0..HD / 16 {
-                let a = _mm512_loadu_ps(s.acc.as_ptr().add(l * HD + 16 * c));
-                _mm512_storeu_ps(o.add(16 * c), _mm512_mul_ps(a, inv));
-            }
-        }
-    });
+        std::array::from_fn(|i| _mm512_loadu_si512(a.hi[16 * i..].as_ptr().cast()));
+    scores::<HD>(&s.qt, a.k, &mut s.rows, &mut s.scores);
+    let sum = softmax(&mut s.scores, a.j_lo, lo, hi, a.p);
+    values::<HD>(&s.scores, a.v, a.lanes, &mut s.rows, &mut s.acc);
+    let mut sums = [0f32; MAX_LANES];
+    for (i, s) in sum.iter().enumerate() {
+        _mm512_storeu_ps(sums[16 * i..].as_mut_ptr(), *s);
+    }
+    sums
 }
 
 /// Converts `rows` f16 rows of `HD` at `src` into `dst`.

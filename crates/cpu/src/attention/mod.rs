@@ -32,8 +32,40 @@ macro_rules! by_group {
     };
 }
 
+/// Calls `$f::<HD>(args)` (or `$f::<T, HD>`) for the head size `$hd` (checked by the blocked
+/// paths' `fits`).
+#[cfg(target_arch = "x86_64")]
+macro_rules! by_hd {
+    ($hd:expr, $f:ident$(::<$t:ty>)?($($arg:expr),*)) => {
+        match $hd {
+            32 => $f::<$($t,)? 32>($($arg),*),
+            64 => $f::<$($t,)? 64>($($arg),*),
+            128 => $f::<$($t,)? 128>($($arg),*),
+            256 => $f::<$($t,)? 256>($($arg),*),
+            _ => unreachable!("checked by fits"),
+        }
+    };
+}
+
+/// `impl blocked::Passes for $tier` from the calling module's `LANES`, `KEYS` and `passes`
+/// (a `#[target_feature]` fn with `run`'s signature).
+#[cfg(target_arch = "x86_64")]
+macro_rules! impl_passes {
+    ($tier:ident) => {
+        impl Passes for $tier {
+            const LANES: usize = LANES;
+            const KEYS: usize = KEYS;
+            unsafe fn run<const HD: usize>(s: &mut Scratch, a: &BlockInput) -> [f32; MAX_LANES] {
+                passes::<HD>(s, a)
+            }
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 mod blocked;
+#[cfg(target_arch = "x86_64")]
+mod blocked_avx2;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx2;
 #[cfg(target_arch = "x86_64")]
@@ -146,8 +178,9 @@ pub fn attention(
     Ok(())
 }
 
-/// The blocked path for several query rows, when it takes these heads and has a task for
-/// every thread; false leaves the work to the per-row path. Shapes checked by the caller.
+/// The blocked path (AVX-512, else AVX2) for several query rows, when it takes these heads
+/// and has a task for every thread; false leaves the work to the per-row path. Shapes checked
+/// by the caller.
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
 fn attend_blocks(
@@ -162,10 +195,13 @@ fn attend_blocks(
 ) -> bool {
     let (hd, nh, nkv, rows) = (p.head_dim, p.n_head, p.n_head_kv, positions.len());
     let group = nh / nkv;
-    if rows < 2 || tier() < Tier::Avx512 || !blocked::fits(hd, group) {
+    use blocked::{Avx512, Passes};
+    use blocked_avx2::Avx2;
+    let wide = tier() >= Tier::Avx512 && blocked::fits::<Avx512>(hd, group);
+    if rows < 2 || !(wide || tier() >= Tier::Avx2 && blocked::fits::<Avx2>(hd, group)) {
         return false;
     }
-    let block_rows = blocked::block_rows(group);
+    let block_rows = if wide { Avx512::LANES } else { Avx2::LANES } / group;
     let n_blocks = rows.div_ceil(block_rows);
     if n_blocks * nkv < pool.n_threads() {
         return false;
@@ -181,9 +217,16 @@ fn attend_blocks(
             positions,
         };
         let kv = kvh * capacity * hd..(kvh + 1) * capacity * hd;
-        // SAFETY: the tier has AVX-512, `fits` holds, the caller checked every position
-        // against the cache and `out`'s shape; tasks write disjoint head rows.
-        unsafe { blocked::attend(&b, q, &k[kv.clone()], &v[kv], hd, p, out.ptr()) };
+        // SAFETY: the tier has the path's instructions, its `fits` holds, the caller checked
+        // every position against the cache and `out`'s shape; tasks write disjoint head rows.
+        unsafe {
+            let attend = if wide {
+                blocked::attend::<Avx512>
+            } else {
+                blocked::attend::<Avx2>
+            };
+            attend(&b, q, &k[kv.clone()], &v[kv], hd, p, out.ptr())
+        };
     });
     true
 }
