@@ -203,7 +203,10 @@ fn attend_blocks(
     }
     let block_rows = if wide { Avx512::LANES } else { Avx2::LANES } / group;
     let n_blocks = rows.div_ceil(block_rows);
-    if n_blocks * nkv < pool.n_threads() {
+    // AVX2 blocks of a few rows, one per KV head, leave threads idle where the per-row path
+    // splits the keys: they pay from two tasks per thread (`verification_attention_cost`)
+    let per_thread = if wide { 1 } else { 2 };
+    if n_blocks * nkv < per_thread * pool.n_threads() {
         return false;
     }
     let out = SharedMut(out.as_mut_ptr());
@@ -557,6 +560,41 @@ mod tests {
                 }
                 let us = start.elapsed().as_secs_f64() * 1e6 / calls as f64;
                 println!("{threads} threads, {n_kv} keys: {us:.2} us per call");
+            }
+        }
+    }
+
+    /// Microseconds per attention call of 2-16 query rows (draft verification) for SmolLM2's
+    /// heads, 2 threads:
+    /// `cargo test --release -p ishizuki-cpu verification_attention_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn verification_attention_cost() {
+        let p = AttnParams {
+            n_head: 9,
+            n_head_kv: 3,
+            head_dim: 64,
+            scale: 0.125,
+            window: None,
+            softcap: None,
+        };
+        let cap = 4096;
+        let kv: Vec<f16> = (0..3 * cap * 64)
+            .map(|i| f16::from_f32((i as f32 * 0.1).sin()))
+            .collect();
+        let pool = ThreadPool::new(2);
+        for rows in [2usize, 4, 8, 16] {
+            let q: Vec<f32> = (0..rows * 9 * 64).map(|i| (i as f32 * 0.3).cos()).collect();
+            let mut out = vec![0f32; q.len()];
+            for n_kv in [64usize, 512, 2048] {
+                let pos: Vec<u32> = (n_kv - rows..n_kv).map(|x| x as u32).collect();
+                let calls = 3000;
+                let start = std::time::Instant::now();
+                for _ in 0..calls {
+                    attention(&pool, &q, &kv, &kv, n_kv, &pos, &p, &mut out).unwrap();
+                }
+                let us = start.elapsed().as_secs_f64() * 1e6 / calls as f64;
+                println!("{rows} rows, {n_kv} keys: {us:.2} us per call");
             }
         }
     }
