@@ -529,12 +529,8 @@ mod tests {
         check_heads(33, 90, Some(40), 2, (4, 1, 256), Some(2.0));
     }
 
-    /// Microseconds per decode attention call (one query row) for SmolLM2's heads and a cache
-    /// of `capacity` 4096, 1 and 2 threads:
-    /// `cargo test --release -p ishizuki-cpu decode_attention_cost -- --ignored --nocapture`.
-    #[test]
-    #[ignore]
-    fn decode_attention_cost() {
+    /// SmolLM2's heads and a cache of 4096 positions (keys and values alike), for the timings.
+    fn smollm2_heads_and_cache() -> (AttnParams, Vec<f16>) {
         let p = AttnParams {
             n_head: 9,
             n_head_kv: 3,
@@ -543,10 +539,19 @@ mod tests {
             window: None,
             softcap: None,
         };
-        let cap = 4096;
-        let kv: Vec<f16> = (0..3 * cap * 64)
+        let kv = (0..3 * 4096 * 64)
             .map(|i| f16::from_f32((i as f32 * 0.1).sin()))
             .collect();
+        (p, kv)
+    }
+
+    /// Microseconds per decode attention call (one query row) for SmolLM2's heads and a cache
+    /// of `capacity` 4096, 1 and 2 threads:
+    /// `cargo test --release -p ishizuki-cpu decode_attention_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn decode_attention_cost() {
+        let (p, kv) = smollm2_heads_and_cache();
         let q: Vec<f32> = (0..9 * 64).map(|i| (i as f32 * 0.3).cos()).collect();
         let mut out = vec![0f32; q.len()];
         for threads in [1, 2] {
@@ -570,18 +575,7 @@ mod tests {
     #[test]
     #[ignore]
     fn verification_attention_cost() {
-        let p = AttnParams {
-            n_head: 9,
-            n_head_kv: 3,
-            head_dim: 64,
-            scale: 0.125,
-            window: None,
-            softcap: None,
-        };
-        let cap = 4096;
-        let kv: Vec<f16> = (0..3 * cap * 64)
-            .map(|i| f16::from_f32((i as f32 * 0.1).sin()))
-            .collect();
+        let (p, kv) = smollm2_heads_and_cache();
         let pool = ThreadPool::new(2);
         for rows in [2usize, 4, 8, 16] {
             let q: Vec<f32> = (0..rows * 9 * 64).map(|i| (i as f32 * 0.3).cos()).collect();
