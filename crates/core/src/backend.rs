@@ -148,6 +148,25 @@ pub trait Backend: Send + Sync {
     /// Row-wise RMS normalisation of `x (rows, w.len())` in place.
     fn rms_norm(&self, x: &mut [f32], w: &[f32], eps: f32, kind: NormKind);
 
+    /// The residual add and the next norm in one pass: `x += delta` when given, then `out` =
+    /// `x` RMS-normalised (`rms_norm`); `x`, `delta` and `out` are `(rows, w.len())`.
+    #[allow(clippy::too_many_arguments)]
+    fn add_rms_norm(
+        &self,
+        x: &mut [f32],
+        delta: Option<&[f32]>,
+        out: &mut [f32],
+        w: &[f32],
+        eps: f32,
+        kind: NormKind,
+    ) {
+        if let Some(delta) = delta {
+            x.iter_mut().zip(delta).for_each(|(a, b)| *a += b);
+        }
+        out.copy_from_slice(x);
+        self.rms_norm(out, w, eps, kind);
+    }
+
     /// Rotates `x (rows, n_head, head_dim)` in place; `positions[r]` is row r's position,
     /// multiplied by `freq_scale` (linear rope scaling; 1.0 = none).
     #[allow(clippy::too_many_arguments)]

@@ -121,6 +121,45 @@ impl Backend for CpuBackend {
         });
     }
 
+    fn add_rms_norm(
+        &self,
+        x: &mut [f32],
+        delta: Option<&[f32]>,
+        out: &mut [f32],
+        w: &[f32],
+        eps: f32,
+        kind: NormKind,
+    ) {
+        let width = w.len().max(1);
+        let rows_per_task = PAR_ELEMENTS.div_ceil(width);
+        let rows = x.len() / width;
+        let (xp, op) = (
+            pool::SharedMut(x.as_mut_ptr()),
+            pool::SharedMut(out.as_mut_ptr()),
+        );
+        self.pool.run(rows.div_ceil(rows_per_task), &|t| {
+            let r = t * rows_per_task..((t + 1) * rows_per_task).min(rows);
+            let at = r.start * width..r.end * width;
+            // SAFETY: each task takes its own rows of `x` and `out`, which outlive `run`.
+            let (x, out) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(xp.ptr().add(at.start), at.len()),
+                    std::slice::from_raw_parts_mut(op.ptr().add(at.start), at.len()),
+                )
+            };
+            match delta {
+                Some(delta) => {
+                    for ((o, a), b) in out.iter_mut().zip(x.iter_mut()).zip(&delta[at]) {
+                        *a += b;
+                        *o = *a;
+                    }
+                }
+                None => out.copy_from_slice(x),
+            }
+            ops::rms_norm(out, w, eps, kind);
+        });
+    }
+
     fn rope(
         &self,
         x: &mut [f32],
@@ -157,5 +196,37 @@ impl Backend for CpuBackend {
             let at = (chunk.as_ptr() as usize - base) / 4;
             ops::glu(chunk, &up[at..at + chunk.len()], act)
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use test_rng::Rng;
+
+    /// The fused residual add and norm, split over threads, equals the add, the copy and
+    /// `rms_norm` one after the other, bit for bit, with and without a residual.
+    #[test]
+    fn add_rms_norm_is_the_add_then_the_norm() {
+        let mut rng = Rng(5);
+        let be = CpuBackend::new(3);
+        for (rows, width) in [(1, 576), (7, 64), (300, 640)] {
+            let w: Vec<f32> = (0..width).map(|_| rng.unit()).collect();
+            let x0: Vec<f32> = (0..rows * width).map(|_| rng.unit() * 4.0).collect();
+            let delta: Vec<f32> = (0..rows * width).map(|_| rng.unit()).collect();
+            for with_delta in [true, false] {
+                let (mut x, mut out) = (x0.clone(), vec![0f32; x0.len()]);
+                let d = with_delta.then_some(&delta[..]);
+                be.add_rms_norm(&mut x, d, &mut out, &w, 1e-6, NormKind::RmsPlusOne);
+                let mut want_x = x0.clone();
+                if with_delta {
+                    want_x.iter_mut().zip(&delta).for_each(|(a, b)| *a += b);
+                }
+                let mut want = want_x.clone();
+                ops::rms_norm(&mut want, &w, 1e-6, NormKind::RmsPlusOne);
+                assert_eq!(x, want_x, "{rows} x {width}, residual {with_delta}");
+                assert_eq!(out, want, "{rows} x {width}, residual {with_delta}");
+            }
+        }
     }
 }

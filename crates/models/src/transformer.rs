@@ -141,8 +141,7 @@ impl Model {
             gate,
             up,
         } = buf;
-        attn_norm.copy_from_slice(x);
-        be.rms_norm(attn_norm, &lw.attn_norm, c.norm_eps, c.norm_kind);
+        be.add_rms_norm(x, None, attn_norm, &lw.attn_norm, c.norm_eps, c.norm_kind);
         let qkv = [lw.wq.view(f), lw.wk.view(f), lw.wv.view(f)];
         be.matmul_multi(&qkv, attn_norm, n, &mut [&mut *q, &mut *k, &mut *v])?;
         add_bias(q, lw.bq.as_deref());
@@ -187,11 +186,10 @@ impl Model {
         if let Some(w) = &lw.post_attn_norm {
             be.rms_norm(attn_out, w, c.norm_eps, c.norm_kind);
         }
-        add_into(x, attn_out);
+        let (eps, kind) = (c.norm_eps, c.norm_kind);
+        be.add_rms_norm(x, Some(attn_out), ffn_inp, &lw.ffn_norm, eps, kind);
         dump(&format!("l{il}.attn_residual"), x, c.n_embd);
 
-        ffn_inp.copy_from_slice(x);
-        be.rms_norm(ffn_inp, &lw.ffn_norm, c.norm_eps, c.norm_kind);
         let gate_up = [lw.w_gate.view(f), lw.w_up.view(f)];
         be.matmul_multi(&gate_up, ffn_inp, n, &mut [&mut *gate, &mut *up])?;
         be.glu(gate, up, c.activation);

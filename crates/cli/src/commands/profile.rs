@@ -100,6 +100,20 @@ impl Backend for Profiled<'_> {
         })
     }
 
+    fn add_rms_norm(
+        &self,
+        x: &mut [f32],
+        delta: Option<&[f32]>,
+        out: &mut [f32],
+        w: &[f32],
+        eps: f32,
+        kind: NormKind,
+    ) {
+        self.time(("add_rms_norm", None, ""), || {
+            self.inner.add_rms_norm(x, delta, out, w, eps, kind)
+        })
+    }
+
     fn rope(
         &self,
         x: &mut [f32],
