@@ -54,6 +54,23 @@ pub struct Acts {
 }
 
 impl Acts {
+    /// Where activation rows `m0..m0 + R` start: their quants, their scales (one per 32
+    /// quants) and the scaled sums of each `sub` (16 or 32) quants, as the kernels walk them.
+    #[allow(clippy::type_complexity)]
+    pub fn row_ptrs<const R: usize>(
+        &self,
+        m0: usize,
+        sub: usize,
+    ) -> ([*const i8; R], [*const f32; R], [*const f32; R]) {
+        let k = self.k;
+        let sums = if sub == 16 { &self.sum16 } else { &self.sum32 };
+        (
+            std::array::from_fn(|r| self.q.as_ptr().wrapping_add((m0 + r) * k)),
+            std::array::from_fn(|r| self.d.as_ptr().wrapping_add((m0 + r) * (k / 32))),
+            std::array::from_fn(|r| sums.as_ptr().wrapping_add((m0 + r) * (k / sub))),
+        )
+    }
+
     /// Quantizes `rows` rows of `k` (a multiple of 32) elements, in parallel.
     pub fn quantize(&mut self, pool: &ThreadPool, x: &[f32], rows: usize, k: usize) {
         self.quantize_padded(pool, x, rows, k, 1);

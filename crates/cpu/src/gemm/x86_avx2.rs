@@ -61,10 +61,7 @@ unsafe fn rows_s<const S: usize, const R: usize>(
     valid: usize,
 ) {
     let k = a.k;
-    let aq: [*const u8; R] = std::array::from_fn(|r| a.q.as_ptr().add((m0 + r) * k).cast());
-    let ad: [*const f32; R] = std::array::from_fn(|r| a.d.as_ptr().add((m0 + r) * (k / 32)));
-    let sums = if S == 16 { &a.sum16 } else { &a.sum32 };
-    let asum: [*const f32; R] = std::array::from_fn(|r| sums.as_ptr().add((m0 + r) * (k / S)));
+    let (aq, ad, asum) = a.row_ptrs::<R>(m0, S);
     // this half's 8 rows x 4 bytes of each quad, its 8 scales and mins of each sub-block
     let wq = t.q.as_ptr().add(4 * HALF * half);
     let (ws, wm) = (

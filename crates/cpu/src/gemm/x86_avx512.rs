@@ -65,10 +65,7 @@ unsafe fn rows_s<const S: usize, const R: usize>(
     n_valid: usize,
 ) {
     let k = a.k;
-    let aq: [*const u8; R] = std::array::from_fn(|r| a.q.as_ptr().add((m0 + r) * k).cast());
-    let ad: [*const f32; R] = std::array::from_fn(|r| a.d.as_ptr().add((m0 + r) * (k / 32)));
-    let sums = if S == 16 { &a.sum16 } else { &a.sum32 };
-    let asum: [*const f32; R] = std::array::from_fn(|r| sums.as_ptr().add((m0 + r) * (k / S)));
+    let (aq, ad, asum) = a.row_ptrs::<R>(m0, S);
     let (wq, ws, wm) = (t.q.as_ptr(), t.scale.as_ptr(), t.min.as_ptr());
     let mut acc = [_mm512_setzero_ps(); R];
     for s in 0..k / S {

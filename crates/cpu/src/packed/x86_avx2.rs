@@ -50,7 +50,7 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const MINS: bool, const R: u
     m0: usize,
     out: *mut f32,
 ) {
-    let (k, n_sub) = (p.n_in, p.n_in / SUB);
+    let n_sub = p.n_in / SUB;
     let kind = p.kind;
     let base = p.bytes().as_ptr().add(tile * p.tile_bytes());
     let end = p.prefetch_end();
@@ -62,9 +62,8 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const MINS: bool, const R: u
     debug_assert_eq!(subs, kind.group_subs());
     let stride = group_bytes / subs;
     let (mut d, mut neg_dmin) = ([_mm256_setzero_ps(); 2], [_mm256_setzero_ps(); 2]);
-    let aq: [*const i32; R] = std::array::from_fn(|r| a.q.as_ptr().add((m0 + r) * k).cast());
-    let ad: [*const f32; R] = std::array::from_fn(|r| a.d.as_ptr().add((m0 + r) * n_sub));
-    let asum: [*const f32; R] = std::array::from_fn(|r| a.sum32.as_ptr().add((m0 + r) * n_sub));
+    let (aq, ad, asum) = a.row_ptrs::<R>(m0, SUB);
+    let aq = aq.map(<*const i8>::cast::<i32>);
     let low4 = _mm256_set1_epi8(0x0f);
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
     for s in 0..n_sub {
@@ -133,7 +132,7 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const MINS: bool, const R: u
                     // the signed dots already hold Q8_0's min (-128 scale)
                     _mm256_setzero_ps()
                 } else {
-                    _mm256_mul_ps(scale, _mm256_set1_ps(-((1 << (BITS - 1)) as f32)))
+                    _mm256_mul_ps(scale, _mm256_set1_ps(-kind.offset()))
                 };
                 (scale, min)
             };

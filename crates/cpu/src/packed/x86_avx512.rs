@@ -23,7 +23,7 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const MINS: bool, const R: u
     m0: usize,
     out: *mut f32,
 ) {
-    let (k, n_sub) = (p.n_in, p.n_in / SUB);
+    let n_sub = p.n_in / SUB;
     let kind = p.kind;
     let base = p.bytes().as_ptr().add(tile * p.tile_bytes());
     let end = p.prefetch_end();
@@ -37,9 +37,8 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const MINS: bool, const R: u
     // a sub-block's share of its group's bytes, as much as is prefetched per sub-block
     let stride = group_bytes / subs;
     let (mut d, mut neg_dmin) = (_mm512_setzero_ps(), _mm512_setzero_ps());
-    let aq: [*const i32; R] = std::array::from_fn(|r| a.q.as_ptr().add((m0 + r) * k).cast());
-    let ad: [*const f32; R] = std::array::from_fn(|r| a.d.as_ptr().add((m0 + r) * n_sub));
-    let asum: [*const f32; R] = std::array::from_fn(|r| a.sum32.as_ptr().add((m0 + r) * n_sub));
+    let (aq, ad, asum) = a.row_ptrs::<R>(m0, SUB);
+    let aq = aq.map(<*const i8>::cast::<i32>);
     let low4 = _mm512_set1_epi8(0x0f);
     let mut acc = [_mm512_setzero_ps(); R];
     for s in 0..n_sub {
@@ -101,7 +100,7 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const MINS: bool, const R: u
             let min = if MINS {
                 _mm512_cvtph_ps(_mm256_load_si256(heads.add(2 * NR).cast()))
             } else {
-                _mm512_mul_ps(scale, _mm512_set1_ps(-((1 << (BITS - 1)) as f32)))
+                _mm512_mul_ps(scale, _mm512_set1_ps(-kind.offset()))
             };
             (scale, min)
         };
