@@ -130,26 +130,18 @@ impl Backend for CpuBackend {
         eps: f32,
         kind: NormKind,
     ) {
-        let width = w.len().max(1);
-        let rows_per_task = PAR_ELEMENTS.div_ceil(width);
-        let rows = x.len() / width;
-        let (xp, op) = (
-            pool::SharedMut(x.as_mut_ptr()),
-            pool::SharedMut(out.as_mut_ptr()),
-        );
-        self.pool.run(rows.div_ceil(rows_per_task), &|t| {
-            let r = t * rows_per_task..((t + 1) * rows_per_task).min(rows);
-            let at = r.start * width..r.end * width;
-            // SAFETY: each task takes its own rows of `x` and `out`, which outlive `run`.
-            let (x, out) = unsafe {
-                (
-                    std::slice::from_raw_parts_mut(xp.ptr().add(at.start), at.len()),
-                    std::slice::from_raw_parts_mut(op.ptr().add(at.start), at.len()),
-                )
-            };
+        // the chunks of `out` index `x` unchecked (the trait's default panics here too)
+        assert_eq!(x.len(), out.len(), "add_rms_norm: x and out differ in size");
+        let (width, base) = (w.len().max(1), out.as_ptr() as usize);
+        let xp = pool::SharedMut(x.as_mut_ptr());
+        self.par_chunks(out, PAR_ELEMENTS.div_ceil(width) * width, &|out| {
+            let at = (out.as_ptr() as usize - base) / 4;
+            // SAFETY: each chunk of `out` takes the same rows of `x`, which no other touches.
+            let x = unsafe { std::slice::from_raw_parts_mut(xp.ptr().add(at), out.len()) };
             match delta {
                 Some(delta) => {
-                    for ((o, a), b) in out.iter_mut().zip(x.iter_mut()).zip(&delta[at]) {
+                    let delta = &delta[at..at + out.len()];
+                    for ((o, a), b) in out.iter_mut().zip(x.iter_mut()).zip(delta) {
                         *a += b;
                         *o = *a;
                     }

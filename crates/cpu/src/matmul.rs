@@ -261,13 +261,28 @@ pub(crate) fn prefetch(data: &[u8], at: usize, len: usize) {
 /// Asks for the cache lines of `len` bytes at `at` that lie below `end`.
 #[inline(always)]
 pub(crate) fn prefetch_lines(at: *const u8, len: usize, end: *const u8) {
+    prefetch_lines_into::<false>(at, len, end)
+}
+
+/// `prefetch_lines` into L2 only (a stream read later, not next).
+#[inline(always)]
+pub(crate) fn prefetch_lines_l2(at: *const u8, len: usize, end: *const u8) {
+    prefetch_lines_into::<true>(at, len, end)
+}
+
+#[inline(always)]
+fn prefetch_lines_into<const L2: bool>(at: *const u8, len: usize, end: *const u8) {
     #[cfg(target_arch = "x86_64")]
     for line in (0..len.min((end as usize).saturating_sub(at as usize))).step_by(64) {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
+        let line = at.wrapping_add(line).cast();
         // SAFETY: a prefetch has no side effects (the caller keeps it to mapped memory).
         unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                at.wrapping_add(line).cast(),
-            )
+            if L2 {
+                _mm_prefetch::<_MM_HINT_T1>(line)
+            } else {
+                _mm_prefetch::<_MM_HINT_T0>(line)
+            }
         };
     }
 }

@@ -6,6 +6,7 @@
 //! those, and any a thread has not claimed when another runs out of work, go to whoever asks.
 //! A task that panics, on any thread, makes `run` panic on its caller once the job is over;
 //! the workers live on.
+use crate::matmul::prefetch_lines_l2;
 use std::any::Any;
 use std::cell::Cell;
 use std::panic::AssertUnwindSafe;
@@ -74,21 +75,6 @@ pub fn prefetch_while_idle(at: *const u8, len: usize, end: *const u8) {
     let at = at as usize;
     let stop = (end as usize).min(at.saturating_add(len.min(IDLE_PREFETCH_BYTES)));
     IDLE_PREFETCH.set((at, stop));
-}
-
-/// Asks for the lines of `[next, stop)` into L2, `IDLE_LINES_PER_SPIN` of them; returns where
-/// it stopped.
-#[inline(always)]
-fn prefetch_some_l2(next: usize, stop: usize) -> usize {
-    let until = stop.min(next + IDLE_LINES_PER_SPIN * 64);
-    #[cfg(target_arch = "x86_64")]
-    for line in (next..until).step_by(64) {
-        // SAFETY: a prefetch has no side effects and never faults.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(line as *const i8)
-        };
-    }
-    until
 }
 
 impl ThreadPool {
@@ -232,7 +218,9 @@ fn wait_for_change(s: &Shared, seen: u64) -> Option<u64> {
             return Some(word);
         }
         if next < stop {
-            next = prefetch_some_l2(next, stop);
+            let lines = IDLE_LINES_PER_SPIN * 64;
+            prefetch_lines_l2(next as *const u8, lines, stop as *const u8);
+            next += lines;
         } else {
             std::hint::spin_loop();
         }

@@ -534,9 +534,10 @@ pub fn matmul(
     let spans = pool.n_threads().min(n_tiles);
     let flip = CALLS.fetch_add(1, Ordering::Relaxed) % 2 == 1;
     STATE.with_borrow_mut(|state| {
-        next_call::record(&ps, spans, &mut state.ahead);
+        let total = spans::total_bytes(&ps);
+        next_call::record(&ps, total, spans, &mut state.ahead);
         state.acts.quantize(pool, x, rows, ws[0].n_in);
-        state.chunks.reset(spans::total_bytes(&ps), spans);
+        state.chunks.reset(total, spans);
         let CallState {
             acts,
             chunks,

@@ -3,7 +3,7 @@
 //! span in the next (the thread whose span ends where the next call's begins streams on
 //! anyway; the other would otherwise start cold after the barrier), and a worker can fetch
 //! more of it while it waits (`pool::prefetch_while_idle`).
-use super::spans::{for_each_part, span_bytes, total_bytes};
+use super::spans::{for_each_part, span_bytes};
 use super::Packed;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -65,10 +65,9 @@ thread_local! {
     static LOG: RefCell<CallLog> = RefCell::new(CallLog::default());
 }
 
-/// Records this call of `spans` spans over `ps` and returns into `ahead` the span starts of
-/// the call that followed it last time (empty if none has).
-pub(super) fn record(ps: &[&Packed], spans: usize, ahead: &mut Vec<SpanStart>) {
-    let total = total_bytes(ps);
+/// Records this call of `spans` spans over `ps` (`total` bytes, `total_bytes`) and returns
+/// into `ahead` the span starts of the call that followed it last time (empty if none has).
+pub(super) fn record(ps: &[&Packed], total: usize, spans: usize, ahead: &mut Vec<SpanStart>) {
     let call = (ps[0].bytes().as_ptr() as usize, total);
     ahead.clear();
     LOG.with_borrow_mut(|log| {

@@ -373,10 +373,10 @@ fn a_call_learns_which_call_follows_it() {
     };
     let (a, b) = (pack_one(64, &mut rng), pack_one(96, &mut rng));
     let mut ahead = Vec::new();
-    next_call::record(&[&a], 2, &mut ahead);
+    next_call::record(&[&a], spans::total_bytes(&[&a]), 2, &mut ahead);
     assert!(ahead.is_empty(), "nothing has followed `a` yet");
-    next_call::record(&[&b], 2, &mut ahead);
-    next_call::record(&[&a], 2, &mut ahead);
+    next_call::record(&[&b], spans::total_bytes(&[&b]), 2, &mut ahead);
+    next_call::record(&[&a], spans::total_bytes(&[&a]), 2, &mut ahead);
     let start = |p: &Packed, tile: usize| p.bytes().as_ptr() as usize + tile * p.tile_bytes();
     let end = b.prefetch_end() as usize;
     // b's 6 tiles in two spans of 3
