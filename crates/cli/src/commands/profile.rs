@@ -7,8 +7,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// What one line of the profile sums: the op, the weight type of a matmul, and its row class.
-type Key = (&'static str, Option<GgmlType>, &'static str);
+/// What one line of the profile sums: the op, the weight type of a matmul with its inputs and
+/// outputs per row (all its weights' outputs), and its row class.
+type Key = (&'static str, Option<(GgmlType, usize, usize)>, &'static str);
 
 pub struct Profiled<'a> {
     inner: &'a dyn Backend,
@@ -51,7 +52,7 @@ impl<'a> Profiled<'a> {
         eprintln!("| --- | --- | --- | ---: | ---: | ---: |");
         let mut total = Duration::ZERO;
         for ((op, ty, rows), (d, n)) in lines {
-            let ty = ty.map_or(String::new(), |t| t.to_string());
+            let ty = ty.map_or(String::new(), |(t, k, n)| format!("{t} {k} to {n}"));
             let ms = d.as_secs_f64() * 1e3;
             eprintln!("| {op} | {ty} | {rows} | {n} | {ms:.1} | {:.1} |", pct(*d));
             total += *d;
@@ -75,7 +76,7 @@ impl Backend for Profiled<'_> {
     }
 
     fn matmul(&self, w: &WeightView, x: &[f32], rows: usize, out: &mut [f32]) -> Result<()> {
-        let key = ("matmul", Some(w.ty), rows_class(rows));
+        let key = ("matmul", Some((w.ty, w.n_in, w.n_out)), rows_class(rows));
         self.time(key, || self.inner.matmul(w, x, rows, out))
     }
 
@@ -86,7 +87,12 @@ impl Backend for Profiled<'_> {
         rows: usize,
         outs: &mut [&mut [f32]],
     ) -> Result<()> {
-        let key = ("matmul_multi", ws.first().map(|w| w.ty), rows_class(rows));
+        let n_out = ws.iter().map(|w| w.n_out).sum();
+        let key = (
+            "matmul_multi",
+            ws.first().map(|w| (w.ty, w.n_in, n_out)),
+            rows_class(rows),
+        );
         self.time(key, || self.inner.matmul_multi(ws, x, rows, outs))
     }
 

@@ -8,6 +8,7 @@ use crate::simd::{tier, Tier};
 use half::f16;
 use ishizuki_core::{backend::AttnParams, Error, Result};
 use std::cell::RefCell;
+use std::ops::Range;
 
 /// Largest group of query heads the SIMD passes take; larger groups take the portable path.
 #[cfg(target_arch = "x86_64")]
@@ -78,16 +79,33 @@ type Pass = unsafe fn(&[f32], &[f16], usize, usize, usize, &mut [f32]);
 /// Fewest keys worth a task of their own.
 const MIN_KEYS_PER_SPLIT: usize = 128;
 
-/// Partial result of one key range for `group` query heads: running max, sum of exp, and the
-/// unnormalised weighted sum of values.
-struct Partial {
-    max: Vec<f32>,
-    sum: Vec<f32>,
-    acc: Vec<f32>,
+/// Partial result of one key range for `group` query heads, over a flat slice of
+/// `partial_len` floats: per head its max score and sum of exp, then `(group, hd)`
+/// unnormalised weighted sums of values.
+struct Partial<'a> {
+    max: &'a mut [f32],
+    sum: &'a mut [f32],
+    acc: &'a mut [f32],
+}
+
+impl<'a> Partial<'a> {
+    fn new(flat: &'a mut [f32], group: usize) -> Partial<'a> {
+        let (max, rest) = flat.split_at_mut(group);
+        let (sum, acc) = rest.split_at_mut(group);
+        Partial { max, sum, acc }
+    }
+}
+
+/// Floats of one `Partial` of `group` heads of `hd`.
+fn partial_len(group: usize, hd: usize) -> usize {
+    group * (2 + hd)
 }
 
 thread_local! {
-    static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// A task's scores `(group, keys)`, then (where its result is not split) its partial.
+    static SCORES: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    /// The caller's partials of a call whose keys are split, one slot per task.
+    static PARTIALS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -134,10 +152,48 @@ pub fn attention(
             .max(1)
     };
     let n_tasks = rows * nkv * splits;
-    let mut partials: Vec<Option<Partial>> = (0..n_tasks).map(|_| None).collect();
-    let parts = SharedMut(partials.as_mut_ptr());
+    let slot = partial_len(group, hd);
+    PARTIALS.with_borrow_mut(|partials| {
+        partials.resize(if splits > 1 { n_tasks * slot } else { 0 }, 0.0);
+        let parts = SharedMut(partials.as_mut_ptr());
+        attend_rows(pool, q, k, v, capacity, positions, p, splits, parts, out);
+        if splits > 1 {
+            for unit in 0..rows * nkv {
+                let (row, kvh) = (unit / nkv, unit % nkv);
+                let o = &mut out[(row * nh + kvh * group) * hd..][..group * hd];
+                merge(
+                    &mut partials[unit * splits * slot..][..splits * slot],
+                    group,
+                    hd,
+                    o,
+                );
+            }
+        }
+    });
+    Ok(())
+}
+
+/// The per-row path's tasks: query row, KV head and key range `split` of `splits` each; a
+/// task writes its partial into its slot of `parts` when `splits > 1`, else its heads' rows
+/// of `out`.
+#[allow(clippy::too_many_arguments)]
+fn attend_rows(
+    pool: &ThreadPool,
+    q: &[f32],
+    k: &[f16],
+    v: &[f16],
+    capacity: usize,
+    positions: &[u32],
+    p: &AttnParams,
+    splits: usize,
+    parts: SharedMut<f32>,
+    out: &mut [f32],
+) {
+    let (hd, nh, nkv) = (p.head_dim, p.n_head, p.n_head_kv);
+    let group = nh / nkv;
+    let slot = partial_len(group, hd);
     let out_ptr = SharedMut(out.as_mut_ptr());
-    pool.run(n_tasks, &|task| {
+    pool.run(positions.len() * nkv * splits, &|task| {
         let (unit, split) = (task / splits, task % splits);
         let (row, kvh) = (unit / nkv, unit % nkv);
         let pos = positions[row] as usize;
@@ -149,33 +205,26 @@ pub fn attention(
         );
         let at = (row * nh + kvh * group) * hd;
         let kv = kvh * capacity * hd..(kvh + 1) * capacity * hd;
-        let part = attend_range(
-            &q[at..][..group * hd],
-            &k[kv.clone()],
-            &v[kv],
-            hd,
-            j0,
-            j1,
-            p,
-        );
+        let qs = &q[at..][..group * hd];
+        let kv = (&k[kv.clone()], &v[kv]);
         if splits == 1 {
-            // SAFETY: each (row, kv head) unit writes only its own query heads.
-            let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.ptr().add(at), group * hd) };
-            merge(std::slice::from_ref(&part), group, hd, o);
+            SCORES.with_borrow_mut(|(scores, part)| {
+                part.resize(slot, 0.0);
+                attend_range(qs, kv, hd, j0..j1, p, scores, Partial::new(part, group));
+                // SAFETY: each (row, kv head) unit writes only its own query heads.
+                let o =
+                    unsafe { std::slice::from_raw_parts_mut(out_ptr.ptr().add(at), group * hd) };
+                merge(part, group, hd, o);
+            });
         } else {
             // SAFETY: each task writes only its own slot; slots are read after `run` returns.
-            unsafe { *parts.ptr().add(task) = Some(part) };
+            let part =
+                unsafe { std::slice::from_raw_parts_mut(parts.ptr().add(task * slot), slot) };
+            SCORES.with_borrow_mut(|(scores, _)| {
+                attend_range(qs, kv, hd, j0..j1, p, scores, Partial::new(part, group))
+            });
         }
     });
-    if splits > 1 {
-        let partials: Vec<Partial> = partials.into_iter().flatten().collect();
-        for unit in 0..rows * nkv {
-            let (row, kvh) = (unit / nkv, unit % nkv);
-            let o = &mut out[(row * nh + kvh * group) * hd..][..group * hd];
-            merge(&partials[unit * splits..(unit + 1) * splits], group, hd, o);
-        }
-    }
-    Ok(())
 }
 
 /// The blocked path (AVX-512, else AVX2) for several query rows, when it takes these heads
@@ -234,26 +283,25 @@ fn attend_blocks(
     true
 }
 
-/// Attends `group` query heads `qs (group, hd)` to positions `j0..j1` of one KV head's keys and
-/// values `(capacity, hd)`.
+/// Attends `group` query heads `qs (group, hd)` to positions `keys` of one KV head's keys and
+/// values `(capacity, hd)`, into `part`, with `scores` as scratch.
 fn attend_range(
     qs: &[f32],
-    k: &[f16],
-    v: &[f16],
+    (k, v): (&[f16], &[f16]),
     hd: usize,
-    j0: usize,
-    j1: usize,
+    keys: Range<usize>,
     p: &AttnParams,
-) -> Partial {
+    scores: &mut Vec<f32>,
+    mut part: Partial,
+) {
     let group = qs.len() / hd;
-    let n = j1.saturating_sub(j0);
-    let mut part = Partial {
-        max: vec![f32::NEG_INFINITY; group],
-        sum: vec![0.0; group],
-        acc: vec![0.0; group * hd],
-    };
+    let (j0, j1) = (keys.start, keys.end.max(keys.start));
+    let n = j1 - j0;
     if n == 0 {
-        return part;
+        part.max.fill(f32::NEG_INFINITY);
+        part.sum.fill(0.0);
+        part.acc.fill(0.0);
+        return;
     }
     #[cfg(target_arch = "x86_64")]
     let passes: Option<(Pass, Pass)> = if tier() >= Tier::Avx512 && x86_avx512::fits(hd, group) {
@@ -263,42 +311,41 @@ fn attend_range(
     } else {
         None
     };
-    SCORES.with_borrow_mut(|scores| {
-        scores.resize(group * n, 0.0);
-        #[cfg(target_arch = "x86_64")]
-        if let Some((score_pass, value_pass)) = passes {
-            // SAFETY: the tier has the pass's instructions, its `fits` holds, and the caller
-            // checked that every position below n_kv is inside k and v.
-            unsafe { score_pass(qs, k, hd, j0, j1, scores) };
-            finish_scores(scores, group, n, p, &mut part);
-            unsafe { value_pass(scores, v, hd, j0, j1, &mut part.acc) };
-            return;
-        }
-        for (jj, j) in (j0..j1).enumerate() {
-            let kj = &k[j * hd..][..hd];
-            for g in 0..group {
-                scores[g * n + jj] = dot_f16(&qs[g * hd..][..hd], kj);
-            }
-        }
+    scores.resize(group * n, 0.0);
+    #[cfg(target_arch = "x86_64")]
+    if let Some((score_pass, value_pass)) = passes {
+        // SAFETY: the tier has the pass's instructions, its `fits` holds, and the caller
+        // checked that every position below n_kv is inside k and v.
+        unsafe { score_pass(qs, k, hd, j0, j1, scores) };
         finish_scores(scores, group, n, p, &mut part);
-        for (jj, j) in (j0..j1).enumerate() {
-            let vj = &v[j * hd..][..hd];
-            for g in 0..group {
-                axpy_f16(&mut part.acc[g * hd..][..hd], scores[g * n + jj], vj);
-            }
+        unsafe { value_pass(scores, v, hd, j0, j1, part.acc) };
+        return;
+    }
+    for (jj, j) in (j0..j1).enumerate() {
+        let kj = &k[j * hd..][..hd];
+        for g in 0..group {
+            scores[g * n + jj] = dot_f16(&qs[g * hd..][..hd], kj);
         }
-    });
-    part
+    }
+    finish_scores(scores, group, n, p, &mut part);
+    part.acc.fill(0.0);
+    for (jj, j) in (j0..j1).enumerate() {
+        let vj = &v[j * hd..][..hd];
+        for g in 0..group {
+            axpy_f16(&mut part.acc[g * hd..][..hd], scores[g * n + jj], vj);
+        }
+    }
 }
 
 /// Scales (and soft-caps) raw q.k scores `(group, n)`, then turns each head's row into
 /// unnormalised softmax weights, recording its max and sum in `part`.
 fn finish_scores(scores: &mut [f32], group: usize, n: usize, p: &AttnParams, part: &mut Partial) {
-    for s in scores.iter_mut() {
-        *s *= p.scale;
-        if let Some(cap) = p.softcap {
-            *s = cap * (*s / cap).tanh();
-        }
+    if let Some(cap) = p.softcap {
+        scores
+            .iter_mut()
+            .for_each(|s| *s = cap * (*s * p.scale / cap).tanh());
+    } else {
+        scores.iter_mut().for_each(|s| *s *= p.scale);
     }
     for g in 0..group {
         let row = &mut scores[g * n..][..n];
@@ -308,16 +355,34 @@ fn finish_scores(scores: &mut [f32], group: usize, n: usize, p: &AttnParams, par
     }
 }
 
-/// Combines key-range partials into normalised outputs `o (group, hd)`.
-fn merge(parts: &[Partial], group: usize, hd: usize, o: &mut [f32]) {
-    for g in 0..group {
+/// Combines key-range partials (consecutive `Partial`s of `flat`) into normalised outputs
+/// `o (group, hd)`.
+fn merge(flat: &mut [f32], group: usize, hd: usize, o: &mut [f32]) {
+    if flat.len() == partial_len(group, hd) {
+        // one range: its own max, nothing to rescale
+        let one = Partial::new(flat, group);
+        for (g, out) in o.chunks_exact_mut(hd).enumerate() {
+            let inv = if one.sum[g] > 0.0 {
+                1.0 / one.sum[g]
+            } else {
+                0.0
+            };
+            let acc = &one.acc[g * hd..][..hd];
+            out.iter_mut().zip(acc).for_each(|(o, a)| *o = a * inv);
+        }
+        return;
+    }
+    let parts: Vec<Partial> = flat
+        .chunks_exact_mut(partial_len(group, hd))
+        .map(|f| Partial::new(f, group))
+        .collect();
+    for (g, out) in o.chunks_exact_mut(hd).enumerate() {
         let max = parts
             .iter()
             .fold(f32::NEG_INFINITY, |m, pt| m.max(pt.max[g]));
-        let out = &mut o[g * hd..][..hd];
         out.fill(0.0);
         let mut total = 0.0;
-        for pt in parts {
+        for pt in &parts {
             if pt.sum[g] == 0.0 {
                 continue;
             }
@@ -327,9 +392,8 @@ fn merge(parts: &[Partial], group: usize, hd: usize, o: &mut [f32]) {
                 *a += w * b;
             }
         }
-        if total > 0.0 {
-            out.iter_mut().for_each(|x| *x /= total);
-        }
+        let inv = if total > 0.0 { 1.0 / total } else { 0.0 };
+        out.iter_mut().for_each(|x| *x *= inv);
     }
 }
 
