@@ -188,7 +188,9 @@ impl Model {
         }
         let (eps, kind) = (c.norm_eps, c.norm_kind);
         be.add_rms_norm(x, Some(attn_out), ffn_inp, &lw.ffn_norm, eps, kind);
-        dump(&format!("l{il}.attn_residual"), x, c.n_embd);
+        if dumping() {
+            dump(&format!("l{il}.attn_residual"), x, c.n_embd);
+        }
 
         let gate_up = [lw.w_gate.view(f), lw.w_up.view(f)];
         be.matmul_multi(&gate_up, ffn_inp, n, &mut [&mut *gate, &mut *up])?;
@@ -199,7 +201,9 @@ impl Model {
             be.rms_norm(ffn_out, w, c.norm_eps, c.norm_kind);
         }
         add_into(x, ffn_out);
-        dump(&format!("l{il}.out"), x, c.n_embd);
+        if dumping() {
+            dump(&format!("l{il}.out"), x, c.n_embd);
+        }
         Ok(())
     }
 }
@@ -247,11 +251,17 @@ fn add_into(x: &mut [f32], y: &[f32]) {
     x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
 }
 
+/// Whether `ISHIZUKI_DUMP` is set (read once), so a layer formats the names of its dumps only
+/// then.
+fn dumping() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("ISHIZUKI_DUMP").is_some())
+}
+
 /// `ISHIZUKI_DUMP=1` prints the last row of each named intermediate, for layer-by-layer
 /// comparison with a reference implementation.
 fn dump(name: &str, x: &[f32], width: usize) {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if !*ON.get_or_init(|| std::env::var_os("ISHIZUKI_DUMP").is_some()) || x.len() < width {
+    if !dumping() || x.len() < width {
         return;
     }
     let last = &x[x.len() - width..];

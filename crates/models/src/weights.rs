@@ -12,6 +12,8 @@ pub struct Weight {
     pub n_out: usize,
     pub n_in: usize,
     info: TensorInfo,
+    /// `info`'s place in the file's tensors.
+    position: usize,
     packed: Option<Arc<PackedWeight>>,
 }
 
@@ -20,7 +22,7 @@ impl Weight {
         let packed = self.packed.as_deref();
         let data = match packed.and_then(|p| p.resident.as_deref()) {
             Some(copy) => copy,
-            None => file.tensor_data(&self.info),
+            None => file.tensor_data_at(self.position, &self.info),
         };
         WeightView {
             packed,
@@ -99,6 +101,7 @@ impl Loader<'_> {
             n_out,
             n_in,
             info: info.clone(),
+            position: self.file.tensor_position(name).unwrap_or(usize::MAX),
             packed: None,
         })
     }

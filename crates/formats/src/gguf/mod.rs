@@ -144,18 +144,35 @@ impl GgufFile {
         self.try_tensor_data(t).unwrap_or(&[])
     }
 
+    /// Where `name` is in `tensors`.
+    pub fn tensor_position(&self, name: &str) -> Option<usize> {
+        self.tensor_index.get(name).copied()
+    }
+
+    /// `tensor_data` of an info at `tensors[position]`, without hashing its name (decode
+    /// views every weight each token).
+    pub fn tensor_data_at(&self, position: usize, t: &TensorInfo) -> &[u8] {
+        match self.tensors.get(position) {
+            Some(own) if own == t => self.data_of(own),
+            _ => self.tensor_data(t),
+        }
+    }
+
     /// The bytes of a tensor, refusing an info that is not one of this file's tensors.
     pub fn try_tensor_data(&self, t: &TensorInfo) -> Result<&[u8], GgufError> {
         match self.tensor(&t.name) {
-            Some(own) if own == t => {
-                // Checked at open: data_offset + offset + n_bytes <= file length.
-                let start = (self.data_offset + t.offset) as usize;
-                Ok(&self.storage[start..start + t.n_bytes as usize])
-            }
+            Some(own) if own == t => Ok(self.data_of(own)),
             _ => Err(GgufError::ForeignTensor {
                 name: t.name.clone(),
             }),
         }
+    }
+
+    /// The bytes of one of this file's tensors.
+    fn data_of(&self, own: &TensorInfo) -> &[u8] {
+        // Checked at open: data_offset + offset + n_bytes <= file length.
+        let start = (self.data_offset + own.offset) as usize;
+        &self.storage[start..start + own.n_bytes as usize]
     }
 
     /// Drops the whole pages of `bytes` (a part of this file's mapping) from the process's

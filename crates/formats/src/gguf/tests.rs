@@ -172,6 +172,13 @@ fn foreign_tensor_info_is_refused() {
         Err(GgufError::ForeignTensor { .. })
     ));
     assert_eq!(f.tensor_data(&info), &[] as &[u8]);
+    // by position: the same refusal, and an info at another position is found by name
+    assert_eq!(f.tensor_data_at(0, &info), &[] as &[u8]);
+    let own = &f.tensors[0];
+    let at = f.tensor_position(&own.name).unwrap();
+    assert_eq!(f.tensor_data_at(at, own), f.tensor_data(own));
+    assert!(!f.tensor_data(own).is_empty());
+    assert_eq!(f.tensor_data_at(at + 1, own), f.tensor_data(own));
     info.name = "nope".into();
     assert!(matches!(
         f.try_tensor_data(&info),
