@@ -69,6 +69,47 @@ pub(crate) unsafe fn exp8(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__
     x86::exp(x)
 }
 
+/// `exp` of 16 lanes, lane for lane `exp8`'s polynomial. Unsafe: AVX-512F must exist.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[inline]
+pub(crate) unsafe fn exp16(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    let x = _mm512_min_ps(
+        _mm512_max_ps(x, _mm512_set1_ps(-87.3)),
+        _mm512_set1_ps(88.7),
+    );
+    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+        _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
+    );
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_359_4), x);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.121_944_4e-4), r);
+    let mut p = _mm512_set1_ps(1.987_569_1e-4);
+    for c in EXP_POLY {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+    }
+    let p = _mm512_fmadd_ps(
+        p,
+        _mm512_mul_ps(r, r),
+        _mm512_add_ps(r, _mm512_set1_ps(1.0)),
+    );
+    let pow2 = _mm512_slli_epi32::<23>(_mm512_add_epi32(
+        _mm512_cvtps_epi32(n),
+        _mm512_set1_epi32(127),
+    ));
+    _mm512_mul_ps(p, _mm512_castsi512_ps(pow2))
+}
+
+/// The exp polynomial's coefficients after the first (Horner order, r^2 .. r^6 terms).
+#[cfg(target_arch = "x86_64")]
+const EXP_POLY: [f32; 5] = [
+    1.398_2e-3,
+    8.333_452e-3,
+    4.166_579_6e-2,
+    1.666_666_5e-1,
+    0.5,
+];
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::*;
@@ -88,13 +129,7 @@ mod x86 {
         let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
         let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
         let mut p = _mm256_set1_ps(1.987_569_1e-4);
-        for c in [
-            1.398_2e-3,
-            8.333_452e-3,
-            4.166_579_6e-2,
-            1.666_666_5e-1,
-            0.5,
-        ] {
+        for c in EXP_POLY {
             p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
         }
         let p = _mm256_fmadd_ps(
@@ -197,5 +232,29 @@ mod tests {
             );
         }
         assert!((sum as f64 - want_sum).abs() <= 1e-5 * want_sum);
+    }
+
+    /// exp16 is exp8 on twice the lanes: the same bits for every input (AVX-512 machines).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn exp16_is_exp8_lane_for_lane() {
+        use crate::simd::{tier, Tier};
+        use std::arch::x86_64::*;
+        if tier() < Tier::Avx512 {
+            return;
+        }
+        let x = inputs();
+        for c in x.chunks_exact(16) {
+            let (mut wide, mut narrow) = ([0f32; 16], [0f32; 16]);
+            // SAFETY: the tier has AVX-512F (and so AVX2 and FMA); the chunks hold 16 floats.
+            unsafe {
+                _mm512_storeu_ps(wide.as_mut_ptr(), exp16(_mm512_loadu_ps(c.as_ptr())));
+                for h in 0..2 {
+                    let e = exp8(_mm256_loadu_ps(c[8 * h..].as_ptr()));
+                    _mm256_storeu_ps(narrow[8 * h..].as_mut_ptr(), e);
+                }
+            }
+            assert_eq!(wide.map(f32::to_bits), narrow.map(f32::to_bits), "{c:?}");
+        }
     }
 }

@@ -265,10 +265,7 @@ unsafe fn softmax(
             let s = _mm512_loadu_ps(at);
             let seen = _mm512_cmp_ps_mask::<_CMP_NEQ_OQ>(s, neg_inf);
             let x = _mm512_sub_ps(s, max[h]);
-            let e = _mm512_insertf32x8::<1>(
-                _mm512_castps256_ps512(crate::vmath::exp8(_mm512_castps512_ps256(x))),
-                crate::vmath::exp8(_mm512_extractf32x8_ps::<1>(x)),
-            );
+            let e = crate::vmath::exp16(x);
             // the polynomial's clamp leaves exp(-inf) at 1e-38: masked keys weigh exactly 0
             let e = _mm512_maskz_mov_ps(seen, e);
             _mm512_storeu_ps(at, e);
