@@ -57,18 +57,19 @@ pub struct ThreadPool {
 
 const SPIN: Duration = Duration::from_micros(200);
 
-/// Most bytes a worker fetches into its L2 while it waits (`prefetch_while_idle`).
+/// Most bytes a thread fetches into its L2 while it waits (`prefetch_while_idle`).
 pub const IDLE_PREFETCH_BYTES: usize = 256 << 10;
 /// Lines asked for per spin while a worker waits: few, so a published job is seen at once.
 const IDLE_LINES_PER_SPIN: usize = 4;
 
 thread_local! {
-    /// The lines this worker asks for while it waits: `(next, end)` addresses.
+    /// The lines this thread asks for while it waits: `(next, end)` addresses.
     static IDLE_PREFETCH: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
 }
 
-/// Asks this thread, if it is a worker, to fetch the lines of `len` bytes at `at` (none at or
-/// past `end`) into its L2 while it waits for the next job, a few per spin, until the job comes.
+/// Asks this thread to fetch the lines of `len` bytes at `at` (none at or past `end`) into its
+/// L2 while it waits, a few per spin: a worker while it waits for the next job (a job of other
+/// work leaves the rest for after it), the caller while it waits for the other threads' tasks.
 /// A task that knows where its thread's next one reads (decode makes the same calls each
 /// token) turns the wait for the caller's serial work into streaming.
 pub fn prefetch_while_idle(at: *const u8, len: usize, end: *const u8) {
@@ -138,9 +139,15 @@ impl ThreadPool {
             s.wake.notify_all();
         }
         run_tasks(&job, 0);
+        let (mut next, stop) = IDLE_PREFETCH.get();
         while job.done_tasks.load(Ordering::Acquire) < n_tasks {
-            std::hint::spin_loop();
+            if next < stop {
+                next = prefetch_step(next, stop);
+            } else {
+                std::hint::spin_loop();
+            }
         }
+        IDLE_PREFETCH.set((next, stop));
         *generation += 1;
         s.published
             .store(*generation << ADDR_BITS, Ordering::SeqCst);
@@ -207,6 +214,15 @@ fn worker_loop(s: &Shared, me: usize) {
     }
 }
 
+/// Asks for the next few idle lines at `next` (none at or past `stop`); returns where the
+/// next step starts.
+#[inline(always)]
+fn prefetch_step(next: usize, stop: usize) -> usize {
+    let lines = IDLE_LINES_PER_SPIN * 64;
+    prefetch_lines_l2(next as *const u8, lines, stop as *const u8);
+    next + lines
+}
+
 /// Spins, then parks, until the published word differs from `seen`; None on shutdown.
 fn wait_for_change(s: &Shared, seen: u64) -> Option<u64> {
     let spin_start = Instant::now();
@@ -215,12 +231,13 @@ fn wait_for_change(s: &Shared, seen: u64) -> Option<u64> {
     loop {
         let word = s.published.load(Ordering::Acquire);
         if word != seen {
+            // a job that is not the one prefetched for (attention, a norm) leaves the rest
+            // for after it; the task that is sets its next span anew
+            IDLE_PREFETCH.set((next, stop));
             return Some(word);
         }
         if next < stop {
-            let lines = IDLE_LINES_PER_SPIN * 64;
-            prefetch_lines_l2(next as *const u8, lines, stop as *const u8);
-            next += lines;
+            next = prefetch_step(next, stop);
         } else {
             std::hint::spin_loop();
         }
@@ -382,7 +399,7 @@ mod tests {
 
     /// A worker left with lines to fetch while it waits still takes every job, at once: the
     /// caller's task waits for the worker's, so a worker stuck in its prefetching would hang
-    /// the job until the timeout fails it.
+    /// the job until the timeout fails it. A caller left with lines returns as its job ends.
     #[test]
     fn workers_fetching_while_idle_take_every_job() {
         let pool = ThreadPool::new(2);
@@ -392,9 +409,9 @@ mod tests {
             let worker_ran = std::sync::atomic::AtomicBool::new(false);
             let began = Instant::now();
             pool.run(2, &|i| {
+                let at = start + round % 64 * 4096;
+                prefetch_while_idle(at as *const u8, usize::MAX, end as *const u8);
                 if i == 1 {
-                    let at = start + round % 64 * 4096;
-                    prefetch_while_idle(at as *const u8, usize::MAX, end as *const u8);
                     worker_ran.store(true, Ordering::Release);
                 }
                 while i == 0
