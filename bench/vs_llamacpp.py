@@ -69,7 +69,8 @@ def main():
             out, _ = run(cmd)
             for row in json.loads(out):
                 store.setdefault(key(row), []).append(row["avg_ts"])
-        print(f"round {r + 1}/{a.rounds} done", file=sys.stderr)
+        so_far = ", ".join(f"{name(k)} {ours[k][-1] / theirs[k][-1]:.2f}x" for k in ours if k in theirs)
+        print(f"round {r + 1}/{a.rounds}: {so_far}", file=sys.stderr, flush=True)
 
     print(f"\n| test | ishizuki t/s | llama.cpp t/s | ratio (median of {a.rounds} rounds) |")
     print("| --- | ---: | ---: | ---: |")
