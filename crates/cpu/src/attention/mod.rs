@@ -162,7 +162,7 @@ pub fn attention(
                 let (row, kvh) = (unit / nkv, unit % nkv);
                 let o = &mut out[(row * nh + kvh * group) * hd..][..group * hd];
                 merge(
-                    &mut partials[unit * splits * slot..][..splits * slot],
+                    &partials[unit * splits * slot..][..splits * slot],
                     group,
                     hd,
                     o,
@@ -355,40 +355,34 @@ fn finish_scores(scores: &mut [f32], group: usize, n: usize, p: &AttnParams, par
     }
 }
 
-/// Combines key-range partials (consecutive `Partial`s of `flat`) into normalised outputs
-/// `o (group, hd)`.
-fn merge(flat: &mut [f32], group: usize, hd: usize, o: &mut [f32]) {
-    if flat.len() == partial_len(group, hd) {
-        // one range: its own max, nothing to rescale
-        let one = Partial::new(flat, group);
-        for (g, out) in o.chunks_exact_mut(hd).enumerate() {
-            let inv = if one.sum[g] > 0.0 {
-                1.0 / one.sum[g]
-            } else {
-                0.0
-            };
-            let acc = &one.acc[g * hd..][..hd];
-            out.iter_mut().zip(acc).for_each(|(o, a)| *o = a * inv);
-        }
-        return;
-    }
-    let parts: Vec<Partial> = flat
-        .chunks_exact_mut(partial_len(group, hd))
-        .map(|f| Partial::new(f, group))
-        .collect();
+/// Combines key-range partials (consecutive `Partial` layouts in `flat`) into normalised
+/// outputs `o (group, hd)`.
+fn merge(flat: &[f32], group: usize, hd: usize, o: &mut [f32]) {
+    let parts = || flat.chunks_exact(partial_len(group, hd));
+    // head `g`'s max and sum in one partial (its value sums at `2 group + g hd`)
+    let max = |pt: &[f32], g: usize| pt[g];
+    let sum = |pt: &[f32], g: usize| pt[group + g];
+    let single = parts().len() == 1;
     for (g, out) in o.chunks_exact_mut(hd).enumerate() {
-        let max = parts
-            .iter()
-            .fold(f32::NEG_INFINITY, |m, pt| m.max(pt.max[g]));
+        // one range keeps its own max: nothing to rescale
+        let top = if single {
+            0.0
+        } else {
+            parts().fold(f32::NEG_INFINITY, |m, pt| m.max(max(pt, g)))
+        };
         out.fill(0.0);
         let mut total = 0.0;
-        for pt in &parts {
-            if pt.sum[g] == 0.0 {
+        for pt in parts() {
+            if sum(pt, g) == 0.0 {
                 continue;
             }
-            let w = (pt.max[g] - max).exp();
-            total += pt.sum[g] * w;
-            for (a, b) in out.iter_mut().zip(&pt.acc[g * hd..][..hd]) {
+            let w = if single {
+                1.0
+            } else {
+                (max(pt, g) - top).exp()
+            };
+            total += sum(pt, g) * w;
+            for (a, b) in out.iter_mut().zip(&pt[2 * group + g * hd..][..hd]) {
                 *a += w * b;
             }
         }
