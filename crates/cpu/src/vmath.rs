@@ -76,15 +76,15 @@ pub(crate) unsafe fn exp8(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__
 pub(crate) unsafe fn exp16(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
     use std::arch::x86_64::*;
     let x = _mm512_min_ps(
-        _mm512_max_ps(x, _mm512_set1_ps(-87.3)),
-        _mm512_set1_ps(88.7),
+        _mm512_max_ps(x, _mm512_set1_ps(EXP_MIN)),
+        _mm512_set1_ps(EXP_MAX),
     );
     let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
         _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
     );
-    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_359_4), x);
-    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.121_944_4e-4), r);
-    let mut p = _mm512_set1_ps(1.987_569_1e-4);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
+    let mut p = _mm512_set1_ps(EXP_C7);
     for c in EXP_POLY {
         p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
     }
@@ -99,6 +99,20 @@ pub(crate) unsafe fn exp16(x: std::arch::x86_64::__m512) -> std::arch::x86_64::_
     ));
     _mm512_mul_ps(p, _mm512_castsi512_ps(pow2))
 }
+
+/// exp's input range (below, the result is denormal or zero; above, infinite).
+#[cfg(target_arch = "x86_64")]
+const EXP_MIN: f32 = -87.3;
+#[cfg(target_arch = "x86_64")]
+const EXP_MAX: f32 = 88.7;
+/// ln 2 split in two for precision (`r = x - n ln2`).
+#[cfg(target_arch = "x86_64")]
+const LN2_HI: f32 = 0.693_359_4;
+#[cfg(target_arch = "x86_64")]
+const LN2_LO: f32 = -2.121_944_4e-4;
+/// The exp polynomial's first coefficient (Horner order).
+#[cfg(target_arch = "x86_64")]
+const EXP_C7: f32 = 1.987_569_1e-4;
 
 /// The exp polynomial's coefficients after the first (Horner order, r^2 .. r^6 terms).
 #[cfg(target_arch = "x86_64")]
@@ -119,16 +133,16 @@ mod x86 {
     #[inline]
     pub(super) unsafe fn exp(x: __m256) -> __m256 {
         let x = _mm256_min_ps(
-            _mm256_max_ps(x, _mm256_set1_ps(-87.3)),
-            _mm256_set1_ps(88.7),
+            _mm256_max_ps(x, _mm256_set1_ps(EXP_MIN)),
+            _mm256_set1_ps(EXP_MAX),
         );
         let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
             _mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)),
         );
         // r = x - n ln2, with ln2 split in two for precision
-        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
-        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
-        let mut p = _mm256_set1_ps(1.987_569_1e-4);
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), x);
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LO), r);
+        let mut p = _mm256_set1_ps(EXP_C7);
         for c in EXP_POLY {
             p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
         }

@@ -86,9 +86,11 @@ impl Loader<'_> {
 
     /// A matrix with ggml dims `[n_in, n_out]`.
     fn matrix(&self, name: &str, n_out: usize, n_in: usize) -> Result<Weight, ModelError> {
-        let info = self
-            .info(name)
+        let position = self
+            .file
+            .tensor_position(name)
             .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+        let info = &self.file.tensors[position];
         let want = [n_in as u64, n_out as u64];
         if info.dims != want {
             return Err(ModelError::TensorShape {
@@ -101,7 +103,7 @@ impl Loader<'_> {
             n_out,
             n_in,
             info: info.clone(),
-            position: self.file.tensor_position(name).unwrap_or(usize::MAX),
+            position,
             packed: None,
         })
     }
