@@ -198,4 +198,22 @@ pub trait Backend: Send + Sync {
 
     /// `gate = act(gate) * up`, elementwise.
     fn glu(&self, gate: &mut [f32], up: &[f32], act: Activation);
+
+    /// The FFN's gated product in one call: `gate (rows, n_out) = act(x . ws[0]^T) *
+    /// (x . ws[1]^T)`, with `up` scratch of gate's size; a backend may gate the products as
+    /// they come out instead of writing both to memory first.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_glu(
+        &self,
+        ws: &[WeightView; 2],
+        x: &[f32],
+        rows: usize,
+        gate: &mut [f32],
+        up: &mut [f32],
+        act: Activation,
+    ) -> Result<()> {
+        self.matmul_multi(ws, x, rows, &mut [&mut *gate, &mut *up])?;
+        self.glu(gate, up, act);
+        Ok(())
+    }
 }

@@ -59,24 +59,6 @@ impl CpuBackend {
         self.pool.n_threads()
     }
 
-    /// `f` over consecutive chunks of `chunk` elements of `x` (the last shorter) across the
-    /// pool; one call inline when `x` is a single chunk.
-    fn par_chunks(&self, x: &mut [f32], chunk: usize, f: &(dyn Fn(&mut [f32]) + Sync)) {
-        let chunk = chunk.max(1);
-        let n_tasks = x.len().div_ceil(chunk);
-        if n_tasks <= 1 {
-            return f(x);
-        }
-        let (ptr, len) = (pool::SharedMut(x.as_mut_ptr()), x.len());
-        self.pool.run(n_tasks, &|t| {
-            let start = t * chunk;
-            // SAFETY: the tasks' chunks are disjoint parts of `x`, which outlives `run`.
-            f(unsafe {
-                std::slice::from_raw_parts_mut(ptr.ptr().add(start), chunk.min(len - start))
-            })
-        });
-    }
-
     /// Read bandwidth in GB/s over `bytes` with this backend's threads.
     pub fn read_bandwidth(&self, bytes: usize) -> f64 {
         membw::read_bandwidth(&self.pool, bytes, 3)
@@ -116,7 +98,7 @@ impl Backend for CpuBackend {
 
     fn rms_norm(&self, x: &mut [f32], w: &[f32], eps: f32, kind: NormKind) {
         let rows_per_task = PAR_ELEMENTS.div_ceil(w.len().max(1));
-        self.par_chunks(x, rows_per_task * w.len(), &|chunk| {
+        par_chunks(&self.pool, x, rows_per_task * w.len(), &|chunk| {
             ops::rms_norm(chunk, w, eps, kind)
         });
     }
@@ -134,22 +116,27 @@ impl Backend for CpuBackend {
         assert_eq!(x.len(), out.len(), "add_rms_norm: x and out differ in size");
         let (width, base) = (w.len().max(1), out.as_ptr() as usize);
         let xp = pool::SharedMut(x.as_mut_ptr());
-        self.par_chunks(out, PAR_ELEMENTS.div_ceil(width) * width, &|out| {
-            let at = (out.as_ptr() as usize - base) / 4;
-            // SAFETY: each chunk of `out` takes the same rows of `x`, which no other touches.
-            let x = unsafe { std::slice::from_raw_parts_mut(xp.ptr().add(at), out.len()) };
-            match delta {
-                Some(delta) => {
-                    let delta = &delta[at..at + out.len()];
-                    for ((o, a), b) in out.iter_mut().zip(x.iter_mut()).zip(delta) {
-                        *a += b;
-                        *o = *a;
+        par_chunks(
+            &self.pool,
+            out,
+            PAR_ELEMENTS.div_ceil(width) * width,
+            &|out| {
+                let at = (out.as_ptr() as usize - base) / 4;
+                // SAFETY: each chunk of `out` takes the same rows of `x`, which no other touches.
+                let x = unsafe { std::slice::from_raw_parts_mut(xp.ptr().add(at), out.len()) };
+                match delta {
+                    Some(delta) => {
+                        let delta = &delta[at..at + out.len()];
+                        for ((o, a), b) in out.iter_mut().zip(x.iter_mut()).zip(delta) {
+                            *a += b;
+                            *o = *a;
+                        }
                     }
+                    None => out.copy_from_slice(x),
                 }
-                None => out.copy_from_slice(x),
-            }
-            ops::rms_norm(out, w, eps, kind);
-        });
+                ops::rms_norm(out, w, eps, kind);
+            },
+        );
     }
 
     fn rope(
@@ -179,16 +166,49 @@ impl Backend for CpuBackend {
     }
 
     fn glu(&self, gate: &mut [f32], up: &[f32], act: Activation) {
-        if gate.len() != up.len() {
-            // the kernels cover the shorter slice; chunks of `gate` would index past `up`
-            return ops::glu(gate, up, act);
-        }
-        let base = gate.as_ptr() as usize;
-        self.par_chunks(gate, PAR_ELEMENTS, &|chunk| {
-            let at = (chunk.as_ptr() as usize - base) / 4;
-            ops::glu(chunk, &up[at..at + chunk.len()], act)
-        });
+        par_glu(&self.pool, gate, up, act)
     }
+
+    fn matmul_glu(
+        &self,
+        ws: &[WeightView; 2],
+        x: &[f32],
+        rows: usize,
+        gate: &mut [f32],
+        up: &mut [f32],
+        act: Activation,
+    ) -> Result<()> {
+        matmul::matmul_glu(&self.pool, ws, x, rows, gate, up, act, self.exact)
+    }
+}
+
+/// `gate = act(gate) * up` in chunks across the pool.
+fn par_glu(pool: &ThreadPool, gate: &mut [f32], up: &[f32], act: Activation) {
+    if gate.len() != up.len() {
+        // the kernels cover the shorter slice; chunks of `gate` would index past `up`
+        return ops::glu(gate, up, act);
+    }
+    let base = gate.as_ptr() as usize;
+    par_chunks(pool, gate, PAR_ELEMENTS, &|chunk| {
+        let at = (chunk.as_ptr() as usize - base) / 4;
+        ops::glu(chunk, &up[at..at + chunk.len()], act)
+    });
+}
+
+/// `f` over consecutive chunks of `chunk` elements of `x` (the last shorter) across the pool;
+/// one call inline when `x` is a single chunk.
+fn par_chunks(pool: &ThreadPool, x: &mut [f32], chunk: usize, f: &(dyn Fn(&mut [f32]) + Sync)) {
+    let chunk = chunk.max(1);
+    let n_tasks = x.len().div_ceil(chunk);
+    if n_tasks <= 1 {
+        return f(x);
+    }
+    let (ptr, len) = (pool::SharedMut(x.as_mut_ptr()), x.len());
+    pool.run(n_tasks, &|t| {
+        let start = t * chunk;
+        // SAFETY: the tasks' chunks are disjoint parts of `x`, which outlives `run`.
+        f(unsafe { std::slice::from_raw_parts_mut(ptr.ptr().add(start), chunk.min(len - start)) })
+    });
 }
 
 #[cfg(test)]
@@ -220,5 +240,47 @@ mod tests {
                 assert_eq!(out, want, "{rows} x {width}, residual {with_delta}");
             }
         }
+    }
+
+    /// The backend's fused FFN gate equals its two matmuls and `glu` for packed weights on
+    /// every path (packed decode rows, the GEMM), and a gate and up of different sizes is a
+    /// shape error.
+    #[test]
+    fn matmul_glu_is_matmul_multi_then_glu() {
+        let mut rng = Rng(17);
+        let be = CpuBackend::new(2);
+        let (ty, n_out, k) = (ishizuki_core::GgmlType::Q4_1, 80, 256);
+        let bytes = crate::gemm::tests::weights(ty, 2 * n_out, k, &mut rng);
+        let half = bytes.len() / 2;
+        let views = [&bytes[..half], &bytes[half..]].map(|b| WeightView::new(ty, n_out, k, b));
+        let packed: Vec<_> = views.iter().map(|v| be.pack(v, &mut |_| {})).collect();
+        let ws: [WeightView; 2] = std::array::from_fn(|i| WeightView {
+            packed: packed[i].as_ref(),
+            ..views[i]
+        });
+        for rows in [1, 5, 16, 40] {
+            let x: Vec<f32> = (0..rows * k).map(|_| rng.unit()).collect();
+            let (mut g, mut u) = (vec![0f32; rows * n_out], vec![0f32; rows * n_out]);
+            be.matmul_multi(&ws, &x, rows, &mut [&mut g, &mut u])
+                .unwrap();
+            be.glu(&mut g, &u, Activation::SwiGlu);
+            let (mut fused, mut scratch) = (vec![0f32; rows * n_out], vec![0f32; rows * n_out]);
+            be.matmul_glu(&ws, &x, rows, &mut fused, &mut scratch, Activation::SwiGlu)
+                .unwrap();
+            assert_eq!(fused, g, "{rows} rows");
+        }
+        let short = WeightView {
+            n_out: n_out - 16,
+            data: &bytes[..half - 16 * views[0].row_bytes().unwrap()],
+            packed: None,
+            ..views[1]
+        };
+        let (mut g, mut u) = (vec![0f32; n_out], vec![0f32; n_out]);
+        let x = vec![0f32; k];
+        let err = be.matmul_glu(&[ws[0], short], &x, 1, &mut g, &mut u, Activation::SwiGlu);
+        assert!(
+            matches!(err, Err(ishizuki_core::Error::Shape(_))),
+            "{err:?}"
+        );
     }
 }

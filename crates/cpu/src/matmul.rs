@@ -6,6 +6,7 @@ use crate::kernels::{self, QKernel, MAX_ROWS};
 use crate::pool::{SharedMut, ThreadPool};
 use crate::simd::{dot, dot4, tier};
 use crate::{gemm, gemv, packed};
+use ishizuki_core::backend::Activation;
 use ishizuki_core::{
     quant::dequantize_row, quant::quantize_row, Error, GgmlType, Result, WeightView,
 };
@@ -115,6 +116,43 @@ pub fn matmul_multi(
         }
     }
     Ok(())
+}
+
+/// `gate (rows, n_out) = act(x . ws[0]^T) * (x . ws[1]^T)`, `up` scratch of gate's size: the
+/// GEMM gates its products as they come out; fewer rows take `matmul_multi` and `glu`.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_glu(
+    pool: &ThreadPool,
+    ws: &[WeightView; 2],
+    x: &[f32],
+    rows: usize,
+    gate: &mut [f32],
+    up: &mut [f32],
+    act: Activation,
+    exact: bool,
+) -> Result<()> {
+    if ws[0].n_out != ws[1].n_out {
+        return Err(Error::Shape(format!(
+            "matmul_glu: gate of {} outputs, up of {}",
+            ws[0].n_out, ws[1].n_out
+        )));
+    }
+    let fused =
+        !exact && !packed::applies(ws, rows) && !gemv::applies(ws, rows) && gemm::applies(ws, rows);
+    if !fused {
+        matmul_multi(pool, ws, x, rows, &mut [&mut *gate, &mut *up], exact)?;
+        crate::par_glu(pool, gate, up, act);
+        return Ok(());
+    }
+    check_shapes(&ws[0], x, rows, gate)?;
+    check_shapes(&ws[1], x, rows, up)?;
+    if gemm::gemm_glu(pool, [&ws[0], &ws[1]], x, rows, gate, act) {
+        return Ok(());
+    }
+    Err(Error::Shape(format!(
+        "matmul: a {} weight has malformed blocks",
+        ws[0].ty
+    )))
 }
 
 fn check_shapes(w: &WeightView, x: &[f32], rows: usize, out: &[f32]) -> Result<()> {

@@ -193,8 +193,7 @@ impl Model {
         }
 
         let gate_up = [lw.w_gate.view(f), lw.w_up.view(f)];
-        be.matmul_multi(&gate_up, ffn_inp, n, &mut [&mut *gate, &mut *up])?;
-        be.glu(gate, up, c.activation);
+        be.matmul_glu(&gate_up, ffn_inp, n, gate, up, c.activation)?;
         let ffn_out = attn_out;
         be.matmul(&lw.w_down.view(f), gate, n, ffn_out)?;
         if let Some(w) = &lw.post_ffn_norm {
@@ -211,20 +210,20 @@ impl Model {
 /// Every per-layer intermediate of an `n`-token forward, allocated once and reused by each
 /// layer (fresh large allocations per layer cost page faults and zeroing).
 struct Intermediates {
-    attn_norm: Vec<f32>, // (n, n_embd)
-    q: Vec<f32>,         // (n, n_head * head_dim)
-    k: Vec<f32>,         // (n, n_head_kv * head_dim)
-    v: Vec<f32>,         // (n, n_head_kv * head_dim)
-    kqv: Vec<f32>,       // (n, n_head * head_dim)
-    attn_out: Vec<f32>,  // (n, n_embd), then the FFN output
-    ffn_inp: Vec<f32>,   // (n, n_embd)
-    gate: Vec<f32>,      // (n, n_ff)
-    up: Vec<f32>,        // (n, n_ff)
+    attn_norm: LineAligned, // (n, n_embd)
+    q: LineAligned,         // (n, n_head * head_dim)
+    k: LineAligned,         // (n, n_head_kv * head_dim)
+    v: LineAligned,         // (n, n_head_kv * head_dim)
+    kqv: LineAligned,       // (n, n_head * head_dim)
+    attn_out: LineAligned,  // (n, n_embd), then the FFN output
+    ffn_inp: LineAligned,   // (n, n_embd)
+    gate: LineAligned,      // (n, n_ff)
+    up: LineAligned,        // (n, n_ff)
 }
 
 impl Intermediates {
     fn new(c: &TransformerConfig, n: usize) -> Intermediates {
-        let zeros = |width: usize| vec![0f32; n * width];
+        let zeros = |width: usize| LineAligned::zeros(n * width);
         Intermediates {
             attn_norm: zeros(c.n_embd),
             q: zeros(c.q_dim()),
@@ -236,6 +235,38 @@ impl Intermediates {
             gate: zeros(c.n_ff),
             up: zeros(c.n_ff),
         }
+    }
+}
+
+/// Zeroed f32s starting on a cache line: a matmul's threads write their 16 outputs of a row
+/// as whole lines (a skewed buffer splits each across two, shared with the next columns').
+struct LineAligned {
+    buf: Vec<f32>,
+    at: usize,
+    len: usize,
+}
+
+impl LineAligned {
+    /// f32s per 64-byte line.
+    const LINE: usize = 16;
+
+    fn zeros(len: usize) -> LineAligned {
+        let buf = vec![0f32; len + LineAligned::LINE];
+        let at = (buf.as_ptr() as usize / 4).wrapping_neg() % LineAligned::LINE;
+        LineAligned { buf, at, len }
+    }
+}
+
+impl std::ops::Deref for LineAligned {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        &self.buf[self.at..][..self.len]
+    }
+}
+
+impl std::ops::DerefMut for LineAligned {
+    fn deref_mut(&mut self) -> &mut [f32] {
+        &mut self.buf[self.at..][..self.len]
     }
 }
 
@@ -270,4 +301,22 @@ fn dump(name: &str, x: &[f32], width: usize) {
         "{name}: sum {sum:.6} first {:?}",
         &last[..last.len().min(4)]
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LineAligned;
+
+    /// Every buffer starts on a 64-byte line, holds exactly its length, and is zero.
+    #[test]
+    fn line_aligned_buffers_start_on_a_line() {
+        for len in [0, 1, 15, 16, 17, 1000, 512 * 1536] {
+            let mut b = LineAligned::zeros(len);
+            assert_eq!(b.as_ptr() as usize % 64, 0, "{len}");
+            assert_eq!(b.len(), len);
+            assert!(b.iter().all(|&v| v == 0.0));
+            b.iter_mut().for_each(|v| *v = 1.0);
+            assert_eq!(b.iter().sum::<f32>(), len as f32);
+        }
+    }
 }

@@ -155,4 +155,22 @@ impl Backend for Profiled<'_> {
     fn glu(&self, gate: &mut [f32], up: &[f32], act: Activation) {
         self.time(("glu", None, ""), || self.inner.glu(gate, up, act))
     }
+
+    fn matmul_glu(
+        &self,
+        ws: &[WeightView; 2],
+        x: &[f32],
+        rows: usize,
+        gate: &mut [f32],
+        up: &mut [f32],
+        act: Activation,
+    ) -> Result<()> {
+        let [w, _] = ws;
+        let key = (
+            "matmul_glu",
+            Some((w.ty, w.n_in, w.n_out)),
+            rows_class(rows),
+        );
+        self.time(key, || self.inner.matmul_glu(ws, x, rows, gate, up, act))
+    }
 }

@@ -22,6 +22,7 @@ pub(crate) mod tests;
 
 use crate::pool::{SharedMut, ThreadPool};
 use crate::simd::{tier, Tier};
+use ishizuki_core::backend::Activation;
 use ishizuki_core::WeightView;
 use std::cell::RefCell;
 use std::ops::Range;
@@ -274,6 +275,8 @@ pub fn applies(ws: &[WeightView], rows: usize) -> bool {
 thread_local! {
     static TILES: RefCell<[Tile; MAX_TILES]> = RefCell::new(Default::default());
     static ACTS: RefCell<Acts> = RefCell::new(Acts::default());
+    /// A `gemm_glu` task's products before gating: `(rows, 2 NR)`.
+    static GATED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// `outs[i] (rows, n_out_i) = x (rows, k) . ws[i]^T` for weights that `applies` accepted.
@@ -298,13 +301,134 @@ fn gemm_with(
     rows: usize,
     outs: &mut [&mut [f32]],
 ) -> bool {
-    let k = ws[0].n_in;
     let outs: Vec<SharedMut<f32>> = outs.iter_mut().map(|o| SharedMut(o.as_mut_ptr())).collect();
     // a task's unit: `kernel.tiles` adjacent tiles of one weight (fewer at its end)
     let per = kernel.tiles * NR;
     let units: Vec<usize> = ws.iter().map(|w| w.n_out.div_ceil(per)).collect();
     let n_units: usize = units.iter().sum();
-    // Split the rows into panels only when there are too few units to keep every thread busy.
+    run_units(
+        kernel,
+        pool,
+        ws[0].n_in,
+        x,
+        rows,
+        n_units,
+        &|unit, acts, m, tiles| {
+            let (mut unit, mut ji) = (unit, 0);
+            while unit >= units[ji] {
+                unit -= units[ji];
+                ji += 1;
+            }
+            let (w, n0) = (&ws[ji], unit * per);
+            let n_valid = (w.n_out - n0).min(per);
+            let tiles = &mut tiles[..n_valid.div_ceil(NR)];
+            for (i, t) in tiles.iter_mut().enumerate() {
+                if !t.unpack(w, n0 + i * NR) {
+                    return false;
+                }
+            }
+            // SAFETY: the tier is supported; this task alone writes columns n0..n0 + n_valid
+            // of rows `m`, inside the (rows, n_out) output.
+            unsafe {
+                let out = outs[ji].ptr().add(m.start * w.n_out + n0);
+                (kernel.run)(tiles, acts, m, out, w.n_out, n_valid)
+            };
+            true
+        },
+    )
+}
+
+/// `out (rows, n_out) = act(x . gate^T) * (x . up^T)` for a gate and an up weight that `applies`
+/// accepted together: a task's tile of each in one microkernel call, gated as it comes out, so
+/// the two products never go to memory. Returns false for a malformed weight.
+pub fn gemm_glu(
+    pool: &ThreadPool,
+    [gate, up]: [&WeightView; 2],
+    x: &[f32],
+    rows: usize,
+    out: &mut [f32],
+    act: Activation,
+) -> bool {
+    let kernel = microkernel(tier()).expect("checked by applies");
+    gemm_glu_with(kernel, pool, [gate, up], x, rows, out, act)
+}
+
+/// `gemm_glu` with a given microkernel.
+fn gemm_glu_with(
+    kernel: Microkernel,
+    pool: &ThreadPool,
+    [gate, up]: [&WeightView; 2],
+    x: &[f32],
+    rows: usize,
+    out: &mut [f32],
+    act: Activation,
+) -> bool {
+    let n_out = gate.n_out;
+    let out = SharedMut(out.as_mut_ptr());
+    let units = n_out.div_ceil(NR);
+    run_units(
+        kernel,
+        pool,
+        gate.n_in,
+        x,
+        rows,
+        units,
+        &|unit, acts, m, tiles| {
+            let (n0, rows) = (unit * NR, m.len());
+            let n_valid = (n_out - n0).min(NR);
+            if !(tiles[0].unpack(gate, n0) && tiles[1].unpack(up, n0)) {
+                return false;
+            }
+            GATED.with_borrow_mut(|both| {
+                // row r: the gate's 16 products, then the up's
+                both.resize(rows * 2 * NR, 0.0);
+                let at = both.as_mut_ptr();
+                // SAFETY: the tier is supported and `both` holds `rows` rows of 2 NR.
+                unsafe {
+                    if kernel.tiles >= 2 {
+                        (kernel.run)(&tiles[..2], acts, m.clone(), at, 2 * NR, 2 * NR);
+                    } else {
+                        for t in 0..2 {
+                            (kernel.run)(
+                                &tiles[t..t + 1],
+                                acts,
+                                m.clone(),
+                                at.add(t * NR),
+                                2 * NR,
+                                NR,
+                            );
+                        }
+                    }
+                }
+                for (r, pair) in both.chunks_exact_mut(2 * NR).enumerate() {
+                    let (g, u) = pair.split_at_mut(NR);
+                    crate::ops::glu(&mut g[..n_valid], &u[..n_valid], act);
+                    // SAFETY: this task alone writes columns n0..n0 + n_valid of rows `m`.
+                    let o = unsafe { out.ptr().add((m.start + r) * n_out + n0) };
+                    unsafe { std::ptr::copy_nonoverlapping(g.as_ptr(), o, n_valid) };
+                }
+            });
+            true
+        },
+    )
+}
+
+/// A GEMM task's work: unit `u`'s products for activation rows `m` with the thread's tiles;
+/// false for a malformed weight.
+type UnitFn<'a> = dyn Fn(usize, &Acts, Range<usize>, &mut [Tile; MAX_TILES]) -> bool + Sync + 'a;
+
+/// Prepares the activations for `kernel` and runs `unit(u, acts, rows, tiles)` for every unit
+/// `u < n_units` and panel of activation rows across the pool (panels only when there are too
+/// few units to keep every thread busy). False when a unit was.
+fn run_units(
+    kernel: Microkernel,
+    pool: &ThreadPool,
+    k: usize,
+    x: &[f32],
+    rows: usize,
+    n_units: usize,
+    unit: &UnitFn<'_>,
+) -> bool {
     let want = pool.n_threads() * TASKS_PER_THREAD;
     let panels = want.div_ceil(n_units).min(rows.div_ceil(MR)).max(1);
     let panel_rows = rows.div_ceil(panels).next_multiple_of(MR);
@@ -318,30 +442,11 @@ fn gemm_with(
         }
         let acts: &Acts = acts;
         pool.run(n_units * panels, &|task| {
-            let (mut unit, panel) = (task / panels, task % panels);
-            let mut ji = 0;
-            while unit >= units[ji] {
-                unit -= units[ji];
-                ji += 1;
+            let (u, panel) = (task / panels, task % panels);
+            let m = panel * panel_rows..((panel + 1) * panel_rows).min(rows);
+            if !TILES.with_borrow_mut(|tiles| unit(u, acts, m, tiles)) {
+                failed.store(true, std::sync::atomic::Ordering::Relaxed);
             }
-            let (w, n0) = (&ws[ji], unit * per);
-            let n_valid = (w.n_out - n0).min(per);
-            TILES.with_borrow_mut(|tiles| {
-                let tiles = &mut tiles[..n_valid.div_ceil(NR)];
-                for (i, t) in tiles.iter_mut().enumerate() {
-                    if !t.unpack(w, n0 + i * NR) {
-                        failed.store(true, std::sync::atomic::Ordering::Relaxed);
-                        return;
-                    }
-                }
-                let (m_start, m_end) = (panel * panel_rows, ((panel + 1) * panel_rows).min(rows));
-                // SAFETY: the tier is supported; this task alone writes columns n0..n0 + n_valid
-                // of rows m_start..m_end, inside the (rows, n_out) output.
-                unsafe {
-                    let out = outs[ji].ptr().add(m_start * w.n_out + n0);
-                    (kernel.run)(tiles, acts, m_start..m_end, out, w.n_out, n_valid)
-                };
-            });
         });
     });
     !failed.into_inner()

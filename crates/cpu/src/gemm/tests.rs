@@ -305,6 +305,50 @@ fn gemm_matches_the_dequantized_product_for_every_type() {
     }
 }
 
+/// The fused gate: every tier's `gemm_glu` equals its two products gated afterwards, bit for
+/// bit, for whole and partial tiles, one and several panels, both activations.
+#[test]
+fn gemm_glu_is_the_two_products_then_the_gate() {
+    let pool = ThreadPool::new(2);
+    let (k, ty) = (256, GgmlType::Q4_1);
+    for (tier, kernel) in microkernels() {
+        for (n_out, rows) in [(40, 9), (64, 37), (16, 200)] {
+            let mut rng = Rng(0x91u64 ^ n_out as u64);
+            let (wg, wu) = (
+                weights(ty, n_out, k, &mut rng),
+                weights(ty, n_out, k, &mut rng),
+            );
+            let gate = WeightView::new(ty, n_out, k, &wg);
+            let up = WeightView::new(ty, n_out, k, &wu);
+            let x: Vec<f32> = (0..rows * k).map(|_| rng.unit()).collect();
+            for act in [Activation::SwiGlu, Activation::GeGluTanh] {
+                let (mut g, mut u) = (vec![0f32; rows * n_out], vec![0f32; rows * n_out]);
+                assert!(gemm_with(
+                    kernel,
+                    &pool,
+                    &[gate, up],
+                    &x,
+                    rows,
+                    &mut [&mut g, &mut u]
+                ));
+                crate::ops::glu(&mut g, &u, act);
+                let mut fused = vec![f32::NAN; rows * n_out];
+                assert!(gemm_glu_with(
+                    kernel,
+                    &pool,
+                    [&gate, &up],
+                    &x,
+                    rows,
+                    &mut fused,
+                    act
+                ));
+                let what = format!("{} {n_out} outputs, {rows} rows, {act:?}", tier.name());
+                assert_eq!(fused, g, "{what}");
+            }
+        }
+    }
+}
+
 #[test]
 fn gemm_fills_several_weights_of_one_input() {
     if microkernel(tier()).is_none() {
@@ -393,21 +437,56 @@ fn gemm_throughput() {
         };
         let rows = 512;
         let x: Vec<f32> = (0..rows * k).map(|i| (i as f32 * 0.01).sin()).collect();
-        let mut out = vec![0f32; rows * n_out];
+        let mut buf = vec![0f32; rows * n_out + 16];
         for threads in [1, 2] {
             let pool = ThreadPool::new(threads);
-            let best = (0..20)
-                .map(|_| {
-                    let start = std::time::Instant::now();
-                    assert!(gemm(&pool, &[view], &x, rows, &mut [&mut out]));
-                    start.elapsed().as_secs_f64()
-                })
-                .fold(f64::MAX, f64::min);
-            let gflops = 2.0 * (rows * n_out * k) as f64 / best / 1e9;
+            // the output's first element on a cache line's start, then 16 bytes past one
+            for skew in [0, 4] {
+                let at = (buf.as_ptr() as usize / 4).wrapping_neg() % 16 + skew;
+                let out = &mut buf[at..][..rows * n_out];
+                let best = (0..20)
+                    .map(|_| {
+                        let start = std::time::Instant::now();
+                        assert!(gemm(&pool, &[view], &x, rows, &mut [&mut *out]));
+                        start.elapsed().as_secs_f64()
+                    })
+                    .fold(f64::MAX, f64::min);
+                let gflops = 2.0 * (rows * n_out * k) as f64 / best / 1e9;
+                println!(
+                    "{} {n_out}x{k}, {rows} rows, {threads} threads, output {}: {:.0} us, \
+                     {gflops:.0} GFLOP/s",
+                    tier().name(),
+                    if skew == 0 { "aligned" } else { "skewed" },
+                    best * 1e6
+                );
+            }
+        }
+        if n_out != 1536 {
+            continue;
+        }
+        // SmolLM2's gate and up: both products then the gate, against the fused call
+        let ws = [view, view];
+        let (mut g, mut u) = (vec![0f32; rows * n_out], vec![0f32; rows * n_out]);
+        for threads in [1, 2] {
+            let pool = ThreadPool::new(threads);
+            let time = |f: &mut dyn FnMut()| {
+                (0..20)
+                    .map(|_| {
+                        let start = std::time::Instant::now();
+                        f();
+                        start.elapsed().as_secs_f64() * 1e6
+                    })
+                    .fold(f64::MAX, f64::min)
+            };
+            let act = Activation::SwiGlu;
+            let apart = time(&mut || {
+                assert!(gemm(&pool, &ws, &x, rows, &mut [&mut g, &mut u]));
+                crate::ops::glu(&mut g, &u, act);
+            });
+            let fused =
+                time(&mut || assert!(gemm_glu(&pool, [&view, &view], &x, rows, &mut g, act)));
             println!(
-                "{} {n_out}x{k}, {rows} rows, {threads} threads: {:.0} us, {gflops:.0} GFLOP/s",
-                tier().name(),
-                best * 1e6
+                "gate+up {n_out}x{k}, {threads} threads: apart {apart:.0} us, fused {fused:.0} us"
             );
         }
     }
