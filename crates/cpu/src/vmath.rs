@@ -9,6 +9,11 @@ const GELU_CUBIC: f32 = 0.044715;
 /// `gate[i] = silu(gate[i]) * up[i]`.
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     #[cfg(target_arch = "x86_64")]
+    if tier() >= Tier::Avx512 {
+        // SAFETY: the tier guarantees AVX-512F, AVX2 and FMA.
+        return unsafe { x86::gated16::<false>(gate, up) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if tier() >= Tier::Avx2 {
         // SAFETY: the tier guarantees AVX2 and FMA.
         return unsafe { x86::gated::<false>(gate, up) };
@@ -18,6 +23,11 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
 
 /// `gate[i] = gelu_tanh(gate[i]) * up[i]`.
 pub fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if tier() >= Tier::Avx512 {
+        // SAFETY: the tier guarantees AVX-512F, AVX2 and FMA.
+        return unsafe { x86::gated16::<true>(gate, up) };
+    }
     #[cfg(target_arch = "x86_64")]
     if tier() >= Tier::Avx2 {
         // SAFETY: the tier guarantees AVX2 and FMA.
@@ -181,6 +191,30 @@ mod x86 {
         gated_scalar::<GELU>(&mut gate[i..n], &up[i..n]);
     }
 
+    /// `gated` on 16 lanes, the tail masked rather than scalar: lane for lane the same
+    /// operations as `gated`'s vectors (exp16 is exp8's bits), so every element matches them.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn gated16<const GELU: bool>(gate: &mut [f32], up: &[f32]) {
+        let n = gate.len().min(up.len());
+        let (pg, pu) = (gate.as_mut_ptr(), up.as_ptr());
+        let one = _mm512_set1_ps(1.0);
+        for i in (0..n).step_by(16) {
+            let mask: __mmask16 = if n - i >= 16 { !0 } else { (1 << (n - i)) - 1 };
+            let x = _mm512_maskz_loadu_ps(mask, pg.add(i));
+            let z = if GELU {
+                let x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
+                let u = _mm512_fmadd_ps(x3, _mm512_set1_ps(GELU_CUBIC), x);
+                _mm512_mul_ps(u, _mm512_set1_ps(2.0 * SQRT_2_OVER_PI))
+            } else {
+                x
+            };
+            let e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), z));
+            let y = _mm512_div_ps(x, _mm512_add_ps(one, e));
+            let u = _mm512_maskz_loadu_ps(mask, pu.add(i));
+            _mm512_mask_storeu_ps(pg.add(i), mask, _mm512_mul_ps(y, u));
+        }
+    }
+
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn exp_shifted(x: &mut [f32], max: f32) -> f32 {
         let n = x.len();
@@ -246,6 +280,39 @@ mod tests {
             );
         }
         assert!((sum as f64 - want_sum).abs() <= 1e-5 * want_sum);
+    }
+
+    /// The AVX-512 gate gives the AVX2 vectors' bits, tail included (AVX-512 machines).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn gated16_is_gated_lane_for_lane() {
+        use crate::simd::{tier, Tier};
+        if tier() < Tier::Avx512 {
+            return;
+        }
+        let x = inputs();
+        let up: Vec<f32> = x.iter().map(|v| 0.5 - v * 0.25).collect();
+        for n in [x.len() / 8 * 8, 8, 24] {
+            let gate: Vec<f32> = x[..n].iter().map(|v| v * 0.1).collect();
+            let (mut wide, mut narrow) = (gate.clone(), gate.clone());
+            // SAFETY: the tier has AVX-512F, AVX2 and FMA.
+            unsafe {
+                x86::gated16::<false>(&mut wide, &up[..n]);
+                x86::gated::<false>(&mut narrow, &up[..n]);
+            }
+            assert_eq!(bits(&wide), bits(&narrow), "silu, {n}");
+            let (mut wide, mut narrow) = (gate.clone(), gate);
+            // SAFETY: as above.
+            unsafe {
+                x86::gated16::<true>(&mut wide, &up[..n]);
+                x86::gated::<true>(&mut narrow, &up[..n]);
+            }
+            assert_eq!(bits(&wide), bits(&narrow), "gelu, {n}");
+        }
+    }
+
+    fn bits(x: &[f32]) -> Vec<u32> {
+        x.iter().map(|v| v.to_bits()).collect()
     }
 
     /// exp16 is exp8 on twice the lanes: the same bits for every input (AVX-512 machines).

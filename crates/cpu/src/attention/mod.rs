@@ -260,7 +260,8 @@ fn attend_blocks(
     }
     let out = SharedMut(out.as_mut_ptr());
     pool.run(n_blocks * nkv, &|task| {
-        let (blk, kvh) = (task / nkv, task % nkv);
+        // the last rows see the most keys: their blocks go first, so the threads end together
+        let (blk, kvh) = (n_blocks - 1 - task / nkv, task % nkv);
         let b = blocked::Block {
             rows: blk * block_rows..((blk + 1) * block_rows).min(rows),
             kvh,

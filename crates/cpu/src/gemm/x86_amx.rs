@@ -82,8 +82,10 @@ pub(super) unsafe fn tile_rows(
     });
 }
 
-/// Tile products over all of `k` (one 32-element step per loop turn): `$loads` and `$dots`
-/// name the tile registers, `$stores` the results written out.
+/// Tile products over all of `k` (one 32-element step per loop turn): `$loads` fetch the first
+/// product's two tiles, `$dots` run the products with the other loads between them (each
+/// product starts once its own tiles are in, not after every load of the step), `$stores`
+/// write the results out.
 macro_rules! products {
     ($name:ident, [$($a:ident),+], [$($b:ident),+], [$($c:ident),+],
      [$($zero:literal),+], [$($load:literal),+], [$($dot:literal),+], [$($store:literal),+]) => {
@@ -127,14 +129,14 @@ products!(
     [c0, c1, c2, c3],
     ["tmm0", "tmm1", "tmm2", "tmm3"],
     [
-        "tileloadd tmm6, [{b0} + {l64}*1]",
-        "tileloadd tmm7, [{b1} + {l64}*1]",
         "tileloadd tmm4, [{a0} + {l64}*1]",
-        "tileloadd tmm5, [{a1} + {l64}*1]"
+        "tileloadd tmm6, [{b0} + {l64}*1]"
     ],
     [
         "tdpbf16ps tmm0, tmm4, tmm6",
+        "tileloadd tmm7, [{b1} + {l64}*1]",
         "tdpbf16ps tmm1, tmm4, tmm7",
+        "tileloadd tmm5, [{a1} + {l64}*1]",
         "tdpbf16ps tmm2, tmm5, tmm6",
         "tdpbf16ps tmm3, tmm5, tmm7"
     ],
@@ -145,6 +147,7 @@ products!(
         "tilestored [{c3} + {l64}*1], tmm3"
     ]
 );
+
 products!(
     products_1x2,
     [a0],
@@ -152,11 +155,14 @@ products!(
     [c0, c1],
     ["tmm0", "tmm1"],
     [
-        "tileloadd tmm6, [{b0} + {l64}*1]",
-        "tileloadd tmm7, [{b1} + {l64}*1]",
-        "tileloadd tmm4, [{a0} + {l64}*1]"
+        "tileloadd tmm4, [{a0} + {l64}*1]",
+        "tileloadd tmm6, [{b0} + {l64}*1]"
     ],
-    ["tdpbf16ps tmm0, tmm4, tmm6", "tdpbf16ps tmm1, tmm4, tmm7"],
+    [
+        "tdpbf16ps tmm0, tmm4, tmm6",
+        "tileloadd tmm7, [{b1} + {l64}*1]",
+        "tdpbf16ps tmm1, tmm4, tmm7"
+    ],
     [
         "tilestored [{c0} + {l64}*1], tmm0",
         "tilestored [{c1} + {l64}*1], tmm1"
@@ -170,10 +176,13 @@ products!(
     ["tmm0", "tmm2"],
     [
         "tileloadd tmm6, [{b0} + {l64}*1]",
-        "tileloadd tmm4, [{a0} + {l64}*1]",
-        "tileloadd tmm5, [{a1} + {l64}*1]"
+        "tileloadd tmm4, [{a0} + {l64}*1]"
     ],
-    ["tdpbf16ps tmm0, tmm4, tmm6", "tdpbf16ps tmm2, tmm5, tmm6"],
+    [
+        "tdpbf16ps tmm0, tmm4, tmm6",
+        "tileloadd tmm5, [{a1} + {l64}*1]",
+        "tdpbf16ps tmm2, tmm5, tmm6"
+    ],
     [
         "tilestored [{c0} + {l64}*1], tmm0",
         "tilestored [{c2} + {l64}*1], tmm2"
