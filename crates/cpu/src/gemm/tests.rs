@@ -310,16 +310,24 @@ fn gemm_matches_the_dequantized_product_for_every_type() {
 #[test]
 fn gemm_glu_is_the_two_products_then_the_gate() {
     let pool = ThreadPool::new(2);
-    let (k, ty) = (256, GgmlType::Q4_1);
+    let k = 256;
+    // the same type, and a K-quant gate with an up of another sub-block size
+    let pairs = [
+        (GgmlType::Q4_1, GgmlType::Q4_1),
+        (GgmlType::Q4_K, GgmlType::Q6_K),
+    ];
     for (tier, kernel) in microkernels() {
-        for (n_out, rows) in [(40, 9), (64, 37), (16, 200)] {
+        for ((n_out, rows), (tg, tu)) in [(40, 9), (64, 37), (16, 200)]
+            .into_iter()
+            .flat_map(|shape| pairs.map(|pair| (shape, pair)))
+        {
             let mut rng = Rng(0x91u64 ^ n_out as u64);
             let (wg, wu) = (
-                weights(ty, n_out, k, &mut rng),
-                weights(ty, n_out, k, &mut rng),
+                weights(tg, n_out, k, &mut rng),
+                weights(tu, n_out, k, &mut rng),
             );
-            let gate = WeightView::new(ty, n_out, k, &wg);
-            let up = WeightView::new(ty, n_out, k, &wu);
+            let gate = WeightView::new(tg, n_out, k, &wg);
+            let up = WeightView::new(tu, n_out, k, &wu);
             let x: Vec<f32> = (0..rows * k).map(|_| rng.unit()).collect();
             for act in [Activation::SwiGlu, Activation::GeGluTanh] {
                 let (mut g, mut u) = (vec![0f32; rows * n_out], vec![0f32; rows * n_out]);
@@ -342,7 +350,7 @@ fn gemm_glu_is_the_two_products_then_the_gate() {
                     &mut fused,
                     act
                 ));
-                let what = format!("{} {n_out} outputs, {rows} rows, {act:?}", tier.name());
+                let what = format!("{} {tg}/{tu} {n_out}x{rows}, {act:?}", tier.name());
                 assert_eq!(fused, g, "{what}");
             }
         }
