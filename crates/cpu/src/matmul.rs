@@ -72,14 +72,10 @@ pub fn matmul_multi(
         gemv::gemv(pool, ws, x, outs);
         return Ok(());
     }
-    if !exact && gemm::applies(ws, rows) {
-        if gemm::gemm(pool, ws, x, rows, outs) {
-            return Ok(());
-        }
-        return Err(Error::Shape(format!(
-            "matmul: a {} weight has malformed blocks",
-            ws[0].ty
-        )));
+    if takes_gemm(ws, rows, exact) {
+        return gemm::gemm(pool, ws, x, rows, outs)
+            .then_some(())
+            .ok_or_else(|| malformed(&ws[0]));
     }
     let ks: Vec<Option<QKernel>> = ws
         .iter()
@@ -137,22 +133,26 @@ pub fn matmul_glu(
             ws[0].n_out, ws[1].n_out
         )));
     }
-    let fused =
-        !exact && !packed::applies(ws, rows) && !gemv::applies(ws, rows) && gemm::applies(ws, rows);
-    if !fused {
+    if !takes_gemm(ws, rows, exact) {
         matmul_multi(pool, ws, x, rows, &mut [&mut *gate, &mut *up], exact)?;
         crate::par_glu(pool, gate, up, act);
         return Ok(());
     }
     check_shapes(&ws[0], x, rows, gate)?;
     check_shapes(&ws[1], x, rows, up)?;
-    if gemm::gemm_glu(pool, [&ws[0], &ws[1]], x, rows, gate, act) {
-        return Ok(());
-    }
-    Err(Error::Shape(format!(
-        "matmul: a {} weight has malformed blocks",
-        ws[0].ty
-    )))
+    gemm::gemm_glu(pool, [&ws[0], &ws[1]], x, rows, gate, act)
+        .then_some(())
+        .ok_or_else(|| malformed(&ws[0]))
+}
+
+/// Whether `matmul_multi` takes the GEMM for these weights and rows (after the packed and
+/// row-dot paths have passed).
+fn takes_gemm(ws: &[WeightView], rows: usize, exact: bool) -> bool {
+    !exact && !packed::applies(ws, rows) && !gemv::applies(ws, rows) && gemm::applies(ws, rows)
+}
+
+fn malformed(w: &WeightView) -> Error {
+    Error::Shape(format!("matmul: a {} weight has malformed blocks", w.ty))
 }
 
 fn check_shapes(w: &WeightView, x: &[f32], rows: usize, out: &[f32]) -> Result<()> {

@@ -8,6 +8,8 @@
 //! integer dot products rather than in unpacking. With AMX the unpacked tile is dequantized
 //! further to bf16 and the activations rounded to bf16, so `tdpbf16ps` accumulates over all of
 //! k with no per-sub-block scaling (which bounded an AMX-INT8 kernel to VNNI's speed).
+//! The FFN's gate and up weights go through together (`gemm_glu`): a task's gate tile and up
+//! tile, gated as they come out, so only the gated product reaches memory.
 mod acts;
 pub mod unpack;
 #[cfg(target_arch = "x86_64")]
@@ -374,16 +376,16 @@ fn gemm_glu_with(
         rows,
         units,
         &|unit, acts, m, tiles| {
-            let (n0, rows) = (unit * NR, m.len());
+            let (n0, n_rows) = (unit * NR, m.len());
             let n_valid = (n_out - n0).min(NR);
             if !(tiles[0].unpack(gate, n0) && tiles[1].unpack(up, n0)) {
                 return false;
             }
             GATED.with_borrow_mut(|both| {
                 // row r: the gate's 16 products, then the up's
-                both.resize(rows * 2 * NR, 0.0);
+                both.resize(n_rows * 2 * NR, 0.0);
                 let at = both.as_mut_ptr();
-                // SAFETY: the tier is supported and `both` holds `rows` rows of 2 NR.
+                // SAFETY: the tier is supported and `both` holds `n_rows` rows of 2 NR.
                 unsafe {
                     if kernel.tiles >= 2 {
                         (kernel.run)(&tiles[..2], acts, m.clone(), at, 2 * NR, 2 * NR);

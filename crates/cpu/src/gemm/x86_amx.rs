@@ -147,7 +147,6 @@ products!(
         "tilestored [{c3} + {l64}*1], tmm3"
     ]
 );
-
 products!(
     products_1x2,
     [a0],
