@@ -652,6 +652,32 @@ mod tests {
         }
     }
 
+    /// Milliseconds per prefill attention call of 512 query rows for SmolLM2's heads, from
+    /// depth 0 and 2048, 1 and 2 threads:
+    /// `cargo test --release -p ishizuki-cpu prefill_attention_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn prefill_attention_cost() {
+        let (p, kv) = smollm2_heads_and_cache();
+        let rows = 512;
+        let q: Vec<f32> = (0..rows * 9 * 64).map(|i| (i as f32 * 0.3).cos()).collect();
+        let mut out = vec![0f32; q.len()];
+        for threads in [1, 2] {
+            let pool = ThreadPool::new(threads);
+            for depth in [0usize, 2048] {
+                let pos: Vec<u32> = (depth..depth + rows).map(|x| x as u32).collect();
+                let best = (0..10)
+                    .map(|_| {
+                        let start = std::time::Instant::now();
+                        attention(&pool, &q, &kv, &kv, depth + rows, &pos, &p, &mut out).unwrap();
+                        start.elapsed().as_secs_f64() * 1e3
+                    })
+                    .fold(f64::MAX, f64::min);
+                println!("{threads} threads, {rows} rows from depth {depth}: {best:.2} ms");
+            }
+        }
+    }
+
     #[test]
     fn bad_shapes_are_errors() {
         let p = AttnParams {
