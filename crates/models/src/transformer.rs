@@ -24,6 +24,9 @@ pub struct Model {
     pub config: TransformerConfig,
     weights: ModelWeights,
     file: GgufFile,
+    /// The last forward's intermediates, kept for the next (as llama.cpp keeps its compute
+    /// buffers): a prefill chunk's are megabytes, whose fresh pages cost faults and zeroing.
+    scratch: std::sync::Mutex<Option<Intermediates>>,
 }
 
 impl Model {
@@ -38,6 +41,7 @@ impl Model {
             config,
             weights,
             file,
+            scratch: Default::default(),
         })
     }
 
@@ -89,10 +93,18 @@ impl Model {
             x.iter_mut().for_each(|v| *v *= s);
         }
         dump("inp_embd", &x, c.n_embd);
-        let mut buf = Intermediates::new(c, n);
+        // a forward running beside this one (another thread's sequence) makes its own
+        let mut kept = self.scratch.try_lock().ok();
+        let mut own = None;
+        let buf = match kept.as_deref_mut() {
+            Some(slot) => slot.get_or_insert_with(|| Intermediates::new(c, n)),
+            None => own.insert(Intermediates::new(c, n)),
+        };
+        buf.fit(c, n);
         for (il, lw) in self.weights.layers.iter().enumerate() {
-            self.layer(be, il, lw, &mut x, &positions, cache, &mut buf)?;
+            self.layer(be, il, lw, &mut x, &positions, cache, buf)?;
         }
+        drop(kept);
         cache.set_len(start + n);
         let rows = match want {
             Logits::None => return Ok(Vec::new()),
@@ -222,6 +234,37 @@ struct Intermediates {
 }
 
 impl Intermediates {
+    /// Sizes every buffer for `n` rows, keeping the memory of larger ones (every one is
+    /// written before it is read, so old contents never leak into a forward).
+    fn fit(&mut self, c: &TransformerConfig, n: usize) {
+        let widths = [
+            c.n_embd,
+            c.q_dim(),
+            c.kv_dim(),
+            c.kv_dim(),
+            c.q_dim(),
+            c.n_embd,
+            c.n_embd,
+            c.n_ff,
+            c.n_ff,
+        ];
+        let Intermediates {
+            attn_norm,
+            q,
+            k,
+            v,
+            kqv,
+            attn_out,
+            ffn_inp,
+            gate,
+            up,
+        } = self;
+        let bufs = [attn_norm, q, k, v, kqv, attn_out, ffn_inp, gate, up];
+        for (b, width) in bufs.into_iter().zip(widths) {
+            b.fit(n * width);
+        }
+    }
+
     fn new(c: &TransformerConfig, n: usize) -> Intermediates {
         let zeros = |width: usize| LineAligned::zeros(n * width);
         Intermediates {
@@ -254,6 +297,15 @@ impl LineAligned {
         let buf = vec![0f32; len + LineAligned::LINE];
         let at = (buf.as_ptr() as usize / 4).wrapping_neg() % LineAligned::LINE;
         LineAligned { buf, at, len }
+    }
+
+    /// `len` elements from the same line: the kept memory when it has room, else new zeros.
+    fn fit(&mut self, len: usize) {
+        if self.at + len <= self.buf.len() {
+            self.len = len;
+        } else {
+            *self = LineAligned::zeros(len);
+        }
     }
 }
 

@@ -85,6 +85,30 @@ fn tiny_gemma3_matches_transformers() {
     check_against_transformers("gemma3", CpuBackend::new, FAST_TOLERANCE);
 }
 
+/// A forward after a longer one runs in the buffers that one kept and gives the logits of a
+/// freshly loaded model, bit for bit; so do two forwards at once on two threads (one keeps the
+/// buffers, the other makes its own).
+#[test]
+fn kept_intermediates_change_no_result() {
+    let (model, reference) = fixture("llama");
+    let tokens = ids(&reference["tokens"]);
+    let be = CpuBackend::new(2);
+    let run = |m: &Model, n: usize| {
+        let mut cache = m.new_cache(tokens.len());
+        m.forward(&be, &tokens[..n], &mut cache, Logits::All)
+            .unwrap()
+    };
+    let want = run(&fixture("llama").0, 3);
+    run(&model, tokens.len());
+    assert_eq!(run(&model, 3), want);
+    std::thread::scope(|s| {
+        let both = [s.spawn(|| run(&model, 3)), s.spawn(|| run(&model, 3))];
+        for t in both {
+            assert_eq!(t.join().unwrap(), want);
+        }
+    });
+}
+
 #[test]
 fn prompt_longer_than_context_is_an_error() {
     let (model, reference) = fixture("llama");
