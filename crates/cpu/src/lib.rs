@@ -149,7 +149,20 @@ impl Backend for CpuBackend {
         freq_scale: f32,
         kind: RopeKind,
     ) {
-        ops::rope(x, n_head, head_dim, positions, theta, freq_scale, kind)
+        let (width, half, base) = (n_head * head_dim, head_dim / 2, x.as_ptr() as usize);
+        if width == 0 || x.len() != positions.len() * width {
+            // a shape the row split does not cover: the serial loop rotates what it can
+            return ops::rope(x, n_head, head_dim, positions, theta, freq_scale, kind);
+        }
+        // the table on this thread, the rows across the pool
+        let rows_per_task = PAR_ELEMENTS.div_ceil(width.max(1));
+        ops::with_rope_table(positions, theta, freq_scale, head_dim, |cos, sin| {
+            par_chunks(&self.pool, x, rows_per_task * width, &|rows| {
+                let r0 = (rows.as_ptr() as usize - base) / 4 / width;
+                let (cos, sin) = (&cos[r0 * half..], &sin[r0 * half..]);
+                ops::rotate_rows(rows, n_head, head_dim, cos, sin, kind)
+            })
+        })
     }
 
     fn attention(
@@ -282,5 +295,23 @@ mod tests {
             matches!(err, Err(ishizuki_core::Error::Shape(_))),
             "{err:?}"
         );
+    }
+
+    /// Rope split over the pool's threads (prefill rows) rotates exactly as the serial loop,
+    /// both layouts, one row and many.
+    #[test]
+    fn rope_across_threads_is_the_serial_rope() {
+        let mut rng = Rng(23);
+        let be = CpuBackend::new(3);
+        for (rows, n_head, hd) in [(1, 9, 64), (300, 9, 64), (77, 4, 256)] {
+            let x0: Vec<f32> = (0..rows * n_head * hd).map(|_| rng.unit()).collect();
+            let positions: Vec<u32> = (0..rows as u32).map(|p| 5 + 3 * p).collect();
+            for kind in [RopeKind::Norm, RopeKind::Neox] {
+                let (mut got, mut want) = (x0.clone(), x0.clone());
+                be.rope(&mut got, n_head, hd, &positions, 10000.0, 0.5, kind);
+                ops::rope(&mut want, n_head, hd, &positions, 10000.0, 0.5, kind);
+                assert_eq!(got, want, "{rows} rows, {kind:?}");
+            }
+        }
     }
 }

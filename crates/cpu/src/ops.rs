@@ -113,7 +113,20 @@ pub fn rope(
     freq_scale: f32,
     kind: RopeKind,
 ) {
-    let half = head_dim / 2;
+    with_rope_table(positions, theta, freq_scale, head_dim, |cos, sin| {
+        rotate_rows(x, n_head, head_dim, cos, sin, kind)
+    })
+}
+
+/// `f(cos, sin)` with the `(positions.len(), head_dim / 2)` tables of these positions, from
+/// this thread's cache of recent ones.
+pub fn with_rope_table<T>(
+    positions: &[u32],
+    theta: f32,
+    freq_scale: f32,
+    head_dim: usize,
+    f: impl FnOnce(&[f32], &[f32]) -> T,
+) -> T {
     let key = (theta.to_bits(), freq_scale.to_bits(), head_dim);
     ROPE_CACHE.with_borrow_mut(|tables| {
         match tables
@@ -132,16 +145,27 @@ pub fn rope(
             }
         }
         let t = tables.last().expect("just pushed");
-        let rows = x.chunks_exact_mut(n_head * head_dim);
-        for ((row, cos), sin) in rows
-            .zip(t.cos.chunks_exact(half))
-            .zip(t.sin.chunks_exact(half))
-        {
-            for head in row.chunks_exact_mut(head_dim) {
-                rotate_head(head, cos, sin, kind);
-            }
+        f(&t.cos, &t.sin)
+    })
+}
+
+/// Rotates the rows of `x (rows, n_head, head_dim)` by the rows of `cos` and `sin`
+/// `(rows, head_dim / 2)`.
+pub fn rotate_rows(
+    x: &mut [f32],
+    n_head: usize,
+    head_dim: usize,
+    cos: &[f32],
+    sin: &[f32],
+    kind: RopeKind,
+) {
+    let half = head_dim / 2;
+    let rows = x.chunks_exact_mut(n_head * head_dim);
+    for ((row, cos), sin) in rows.zip(cos.chunks_exact(half)).zip(sin.chunks_exact(half)) {
+        for head in row.chunks_exact_mut(head_dim) {
+            rotate_head(head, cos, sin, kind);
         }
-    });
+    }
 }
 
 fn rotate_head(head: &mut [f32], cos: &[f32], sin: &[f32], kind: RopeKind) {
