@@ -155,7 +155,7 @@ impl Backend for CpuBackend {
             return ops::rope(x, n_head, head_dim, positions, theta, freq_scale, kind);
         }
         // the table on this thread, the rows across the pool
-        let rows_per_task = PAR_ELEMENTS.div_ceil(width.max(1));
+        let rows_per_task = PAR_ELEMENTS.div_ceil(width);
         ops::with_rope_table(positions, theta, freq_scale, head_dim, |cos, sin| {
             par_chunks(&self.pool, x, rows_per_task * width, &|rows| {
                 let r0 = (rows.as_ptr() as usize - base) / 4 / width;

@@ -97,8 +97,8 @@ impl Model {
         let mut kept = self.scratch.try_lock().ok();
         let mut own = None;
         let buf = match kept.as_deref_mut() {
-            Some(slot) => slot.get_or_insert_with(|| Intermediates::new(c, n)),
-            None => own.insert(Intermediates::new(c, n)),
+            Some(slot) => slot.get_or_insert_with(Intermediates::default),
+            None => own.insert(Intermediates::default()),
         };
         buf.fit(c, n);
         for (il, lw) in self.weights.layers.iter().enumerate() {
@@ -221,6 +221,7 @@ impl Model {
 
 /// Every per-layer intermediate of an `n`-token forward, allocated once and reused by each
 /// layer (fresh large allocations per layer cost page faults and zeroing).
+#[derive(Default)]
 struct Intermediates {
     attn_norm: LineAligned, // (n, n_embd)
     q: LineAligned,         // (n, n_head * head_dim)
@@ -237,17 +238,6 @@ impl Intermediates {
     /// Sizes every buffer for `n` rows, keeping the memory of larger ones (every one is
     /// written before it is read, so old contents never leak into a forward).
     fn fit(&mut self, c: &TransformerConfig, n: usize) {
-        let widths = [
-            c.n_embd,
-            c.q_dim(),
-            c.kv_dim(),
-            c.kv_dim(),
-            c.q_dim(),
-            c.n_embd,
-            c.n_embd,
-            c.n_ff,
-            c.n_ff,
-        ];
         let Intermediates {
             attn_norm,
             q,
@@ -259,24 +249,18 @@ impl Intermediates {
             gate,
             up,
         } = self;
-        let bufs = [attn_norm, q, k, v, kqv, attn_out, ffn_inp, gate, up];
-        for (b, width) in bufs.into_iter().zip(widths) {
+        for (b, width) in [
+            (attn_norm, c.n_embd),
+            (q, c.q_dim()),
+            (k, c.kv_dim()),
+            (v, c.kv_dim()),
+            (kqv, c.q_dim()),
+            (attn_out, c.n_embd),
+            (ffn_inp, c.n_embd),
+            (gate, c.n_ff),
+            (up, c.n_ff),
+        ] {
             b.fit(n * width);
-        }
-    }
-
-    fn new(c: &TransformerConfig, n: usize) -> Intermediates {
-        let zeros = |width: usize| LineAligned::zeros(n * width);
-        Intermediates {
-            attn_norm: zeros(c.n_embd),
-            q: zeros(c.q_dim()),
-            k: zeros(c.kv_dim()),
-            v: zeros(c.kv_dim()),
-            kqv: zeros(c.q_dim()),
-            attn_out: zeros(c.n_embd),
-            ffn_inp: zeros(c.n_embd),
-            gate: zeros(c.n_ff),
-            up: zeros(c.n_ff),
         }
     }
 }
@@ -306,6 +290,12 @@ impl LineAligned {
         } else {
             *self = LineAligned::zeros(len);
         }
+    }
+}
+
+impl Default for LineAligned {
+    fn default() -> LineAligned {
+        LineAligned::zeros(0)
     }
 }
 
