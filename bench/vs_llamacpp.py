@@ -72,14 +72,14 @@ def main():
         so_far = ", ".join(f"{name(k)} {ours[k][-1] / theirs[k][-1]:.2f}x" for k in ours if k in theirs)
         print(f"round {r + 1}/{a.rounds}: {so_far}", file=sys.stderr, flush=True)
 
-    print(f"\n| test | ishizuki t/s | llama.cpp t/s | ratio (median of {a.rounds} rounds) |")
-    print("| --- | ---: | ---: | ---: |")
+    print(f"\n| test | ishizuki t/s | llama.cpp t/s | ratio (median of {a.rounds} rounds) | rounds' range |")
+    print("| --- | ---: | ---: | ---: | ---: |")
     for k in sorted(ours, key=lambda k: (k[2], k[1], k[0])):
         if k not in theirs:
             continue
         ratios = [o / t for o, t in zip(ours[k], theirs[k])]
         print(f"| {name(k)} | {statistics.median(ours[k]):.1f} | {statistics.median(theirs[k]):.1f} "
-              f"| {statistics.median(ratios):.2f}x |")
+              f"| {statistics.median(ratios):.2f}x | {min(ratios):.2f}-{max(ratios):.2f}x |")
 
     small = ["-m", a.model, "-t", a.threads, "-p", a.p, "-n", "16", "-r", "1"]
     ours_rss = rss_of([a.ishizuki, "bench", *small, "--json"])
