@@ -104,13 +104,18 @@ impl Model {
         for (il, lw) in self.weights.layers.iter().enumerate() {
             self.layer(be, il, lw, &mut x, &positions, cache, buf)?;
         }
-        drop(kept);
         cache.set_len(start + n);
-        let rows = match want {
+        let from = match want {
             Logits::None => return Ok(Vec::new()),
-            Logits::Last => &mut x[(n - 1) * c.n_embd..],
-            Logits::All => &mut x[..],
+            Logits::Last => (n - 1) * c.n_embd,
+            Logits::All => 0,
         };
+        // the last layer's FFN output, only on the rows whose logits are wanted
+        let rows = &mut x[from..];
+        if buf.ffn_out_pending {
+            add_into(rows, &buf.attn_out[from..]);
+        }
+        drop(kept);
         be.rms_norm(rows, &self.weights.out_norm, c.norm_eps, c.norm_kind);
         let n_rows = rows.len() / c.n_embd;
         let head = self
@@ -152,8 +157,11 @@ impl Model {
             ffn_inp,
             gate,
             up,
+            ffn_out_pending,
         } = buf;
-        be.add_rms_norm(x, None, attn_norm, &lw.attn_norm, c.norm_eps, c.norm_kind);
+        // the previous layer's FFN output joins the residual in this layer's first norm
+        let delta = std::mem::take(ffn_out_pending).then_some(&attn_out[..]);
+        be.add_rms_norm(x, delta, attn_norm, &lw.attn_norm, c.norm_eps, c.norm_kind);
         let qkv = [lw.wq.view(f), lw.wk.view(f), lw.wv.view(f)];
         be.matmul_multi(&qkv, attn_norm, n, &mut [&mut *q, &mut *k, &mut *v])?;
         add_bias(q, lw.bq.as_deref());
@@ -211,9 +219,11 @@ impl Model {
         if let Some(w) = &lw.post_ffn_norm {
             be.rms_norm(ffn_out, w, c.norm_eps, c.norm_kind);
         }
-        add_into(x, ffn_out);
+        *ffn_out_pending = true;
         if dumping() {
-            dump(&format!("l{il}.out"), x, c.n_embd);
+            let mut out = x.to_vec();
+            add_into(&mut out, ffn_out);
+            dump(&format!("l{il}.out"), &out, c.n_embd);
         }
         Ok(())
     }
@@ -232,6 +242,8 @@ struct Intermediates {
     ffn_inp: LineAligned,   // (n, n_embd)
     gate: LineAligned,      // (n, n_ff)
     up: LineAligned,        // (n, n_ff)
+    /// `attn_out` holds the last layer's FFN output, not yet added to the residual.
+    ffn_out_pending: bool,
 }
 
 impl Intermediates {
@@ -248,7 +260,9 @@ impl Intermediates {
             ffn_inp,
             gate,
             up,
+            ffn_out_pending,
         } = self;
+        *ffn_out_pending = false;
         for (b, width) in [
             (attn_norm, c.n_embd),
             (q, c.q_dim()),
