@@ -250,29 +250,17 @@ impl Intermediates {
     /// Sizes every buffer for `n` rows, keeping the memory of larger ones (every one is
     /// written before it is read, so old contents never leak into a forward).
     fn fit(&mut self, c: &TransformerConfig, n: usize) {
-        let Intermediates {
-            attn_norm,
-            q,
-            k,
-            v,
-            kqv,
-            attn_out,
-            ffn_inp,
-            gate,
-            up,
-            ffn_out_pending,
-        } = self;
-        *ffn_out_pending = false;
+        self.ffn_out_pending = false;
         for (b, width) in [
-            (attn_norm, c.n_embd),
-            (q, c.q_dim()),
-            (k, c.kv_dim()),
-            (v, c.kv_dim()),
-            (kqv, c.q_dim()),
-            (attn_out, c.n_embd),
-            (ffn_inp, c.n_embd),
-            (gate, c.n_ff),
-            (up, c.n_ff),
+            (&mut self.attn_norm, c.n_embd),
+            (&mut self.q, c.q_dim()),
+            (&mut self.k, c.kv_dim()),
+            (&mut self.v, c.kv_dim()),
+            (&mut self.kqv, c.q_dim()),
+            (&mut self.attn_out, c.n_embd),
+            (&mut self.ffn_inp, c.n_embd),
+            (&mut self.gate, c.n_ff),
+            (&mut self.up, c.n_ff),
         ] {
             b.fit(n * width);
         }
