@@ -304,24 +304,24 @@ mod tests {
         }
     }
 
-    /// With a task per thread, the caller runs task 0 and the worker task 1 (the caller's task
-    /// waits for task 1, so nobody steals it unless the worker sleeps for seconds).
+    /// With a task per thread, the caller runs task 0 and the worker task 1. Each task waits
+    /// until the other has started, so neither thread can finish its own and then take the
+    /// other's while that one is still unclaimed (a slow caller would otherwise lose task 0).
     #[test]
     fn each_thread_takes_its_own_task_first() {
         let pool = ThreadPool::new(2);
         let ran_on: Vec<Mutex<String>> = (0..2).map(|_| Mutex::new(String::new())).collect();
         for _ in 0..3 {
-            let second_done = std::sync::atomic::AtomicBool::new(false);
+            let started = [(); 2].map(|_| std::sync::atomic::AtomicBool::new(false));
             pool.run(2, &|i| {
+                started[i].store(true, Ordering::Release);
                 let start = Instant::now();
-                while i == 0
-                    && !second_done.load(Ordering::Acquire)
+                while !started[1 - i].load(Ordering::Acquire)
                     && start.elapsed() < Duration::from_secs(5)
                 {
                     std::thread::sleep(Duration::from_millis(1));
                 }
                 *ran_on[i].lock().unwrap() = std::thread::current().name().unwrap_or("").into();
-                second_done.store(i == 1, Ordering::Release);
             });
             let names: Vec<String> = ran_on.iter().map(|m| m.lock().unwrap().clone()).collect();
             let caller = std::thread::current().name().unwrap_or("").to_string();
