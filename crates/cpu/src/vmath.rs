@@ -1,6 +1,7 @@
 //! Vectorized transcendental loops: gated activations (`x * sigmoid(z)` covers SiLU and the
-//! tanh GELU) and the softmax exponentials. AVX2+FMA with a scalar fallback; `exp` is Cephes'
-//! degree-6 polynomial after range reduction by ln 2 (about 1 ulp over the f32 range).
+//! tanh GELU) and the softmax exponentials. AVX2+FMA (the gate also on AVX-512, with the same
+//! bits) with a scalar fallback; `exp` is Cephes' degree-6 polynomial after range reduction by
+//! ln 2 (about 1 ulp over the f32 range).
 use crate::simd::{tier, Tier};
 
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;

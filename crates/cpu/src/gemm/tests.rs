@@ -426,7 +426,8 @@ fn unpack_cost() {
 }
 
 /// GFLOP/s of this tier's GEMM on SmolLM2's gate (1536 x 576) and down (576 x 1536) shapes, 512
-/// rows, packed Q4_1 weights, 1 and 2 threads:
+/// rows, packed Q4_1 weights, 1 and 2 threads, output aligned to a line and skewed; then the
+/// gate and up apart (two products, then glu) against the fused `gemm_glu`:
 /// `cargo test --release -p ishizuki-cpu gemm_throughput -- --ignored --nocapture`.
 #[test]
 #[ignore]
