@@ -6,6 +6,7 @@ records their mean t/s per test and their peak memory (max RSS of the process).
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -31,6 +32,13 @@ def rss_of(cmd):
     if status != 0:
         sys.exit(f"{cmd[0]} exited with status {status}")
     return usage.ru_maxrss * 1024
+
+
+def host_bandwidth(a):
+    """The read bandwidth `ishizuki bench` measures over the model's size, as printed."""
+    out, _ = run([a.ishizuki, "bench", "-m", a.model, "-t", a.threads, "-p", "0", "-n", "1", "-r", "1"])
+    found = re.search(r"measured read bandwidth: ([0-9.]+ GB/s)", out)
+    return found.group(1) if found else "? GB/s"
 
 
 def key(row):
@@ -65,12 +73,14 @@ def main():
 
     ours, theirs = {}, {}
     for r in range(a.rounds):
+        # a shared host's speed changes between rounds: its read bandwidth says how loaded it is
+        bw = host_bandwidth(a)
         for label, cmd, store in (("ishizuki", ours_cmd, ours), ("llama.cpp", theirs_cmd, theirs)):
             out, _ = run(cmd)
             for row in json.loads(out):
                 store.setdefault(key(row), []).append(row["avg_ts"])
         so_far = ", ".join(f"{name(k)} {ours[k][-1] / theirs[k][-1]:.2f}x" for k in ours if k in theirs)
-        print(f"round {r + 1}/{a.rounds}: {so_far}", file=sys.stderr, flush=True)
+        print(f"round {r + 1}/{a.rounds} (host reads {bw}): {so_far}", file=sys.stderr, flush=True)
 
     print(f"\n| test | ishizuki t/s | llama.cpp t/s | ratio (median of {a.rounds} rounds) | rounds' range |")
     print("| --- | ---: | ---: | ---: | ---: |")
