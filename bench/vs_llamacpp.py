@@ -1,7 +1,8 @@
 """Alternates `ishizuki bench` and `llama-bench` on one model and prints median speed ratios.
 
-Called by vs-llamacpp.sh; each round runs both tools once with the same -t/-p/-n/-d/-r and
-records their mean t/s per test and their peak memory (max RSS of the process).
+Called by vs-llamacpp.sh; each round probes the host's read bandwidth (how loaded a shared host
+is), then runs both tools once with the same -t/-p/-n/-d/-r and records their mean t/s per
+test; peak memory (max RSS of the process) is measured once at the end.
 """
 import argparse
 import json
