@@ -112,7 +112,7 @@ impl Model {
         };
         // the last layer's FFN output, only on the rows whose logits are wanted
         let rows = &mut x[from..];
-        if buf.ffn_out_pending {
+        if !self.weights.layers.is_empty() {
             add_into(rows, &buf.attn_out[from..]);
         }
         drop(kept);
@@ -157,10 +157,10 @@ impl Model {
             ffn_inp,
             gate,
             up,
-            ffn_out_pending,
         } = buf;
-        // the previous layer's FFN output joins the residual in this layer's first norm
-        let delta = std::mem::take(ffn_out_pending).then_some(&attn_out[..]);
+        // the previous layer's FFN output (left in attn_out) joins the residual in this
+        // layer's first norm
+        let delta = (il > 0).then_some(&attn_out[..]);
         be.add_rms_norm(x, delta, attn_norm, &lw.attn_norm, c.norm_eps, c.norm_kind);
         let qkv = [lw.wq.view(f), lw.wk.view(f), lw.wv.view(f)];
         be.matmul_multi(&qkv, attn_norm, n, &mut [&mut *q, &mut *k, &mut *v])?;
@@ -219,7 +219,6 @@ impl Model {
         if let Some(w) = &lw.post_ffn_norm {
             be.rms_norm(ffn_out, w, c.norm_eps, c.norm_kind);
         }
-        *ffn_out_pending = true;
         if dumping() {
             let mut out = x.to_vec();
             add_into(&mut out, ffn_out);
@@ -238,19 +237,16 @@ struct Intermediates {
     k: LineAligned,         // (n, n_head_kv * head_dim)
     v: LineAligned,         // (n, n_head_kv * head_dim)
     kqv: LineAligned,       // (n, n_head * head_dim)
-    attn_out: LineAligned,  // (n, n_embd), then the FFN output
+    attn_out: LineAligned,  // (n, n_embd), then the FFN output, added to x by the next layer
     ffn_inp: LineAligned,   // (n, n_embd)
     gate: LineAligned,      // (n, n_ff)
     up: LineAligned,        // (n, n_ff)
-    /// `attn_out` holds the last layer's FFN output, not yet added to the residual.
-    ffn_out_pending: bool,
 }
 
 impl Intermediates {
     /// Sizes every buffer for `n` rows, keeping the memory of larger ones (every one is
     /// written before it is read, so old contents never leak into a forward).
     fn fit(&mut self, c: &TransformerConfig, n: usize) {
-        self.ffn_out_pending = false;
         for (b, width) in [
             (&mut self.attn_norm, c.n_embd),
             (&mut self.q, c.q_dim()),
