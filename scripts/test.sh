@@ -26,6 +26,8 @@ step "models"
 "$CARGO_TARGET_DIR/debug/ishizuki" pull smollm2-135m gemma3-270m
 step "tests"
 cargo test --workspace --locked
+step "the op timeline of a trace build"
+cargo test --locked -p ishizuki-cpu --features trace --lib trace::
 step "tests with the scalar CPU tier forced"
 ISHIZUKI_CPU_TIER=scalar cargo test --locked -p ishizuki-cpu -p ishizuki-models
 step "tests with the AVX2 CPU tier forced"

@@ -12,6 +12,7 @@ pub mod pool;
 pub mod simd;
 #[cfg(test)]
 mod test_rng;
+pub mod trace;
 pub mod vmath;
 
 use half::f16;
@@ -79,6 +80,7 @@ impl Backend for CpuBackend {
     }
 
     fn matmul(&self, w: &WeightView, x: &[f32], rows: usize, out: &mut [f32]) -> Result<()> {
+        let _op = trace::span("matmul");
         matmul::matmul(&self.pool, w, x, rows, out, self.exact)
     }
 
@@ -89,6 +91,7 @@ impl Backend for CpuBackend {
         rows: usize,
         outs: &mut [&mut [f32]],
     ) -> Result<()> {
+        let _op = trace::span("matmul_multi");
         matmul::matmul_multi(&self.pool, ws, x, rows, outs, self.exact)
     }
 
@@ -97,6 +100,7 @@ impl Backend for CpuBackend {
     }
 
     fn rms_norm(&self, x: &mut [f32], w: &[f32], eps: f32, kind: NormKind) {
+        let _op = trace::span("rms_norm");
         let rows_per_task = PAR_ELEMENTS.div_ceil(w.len().max(1));
         par_chunks(&self.pool, x, rows_per_task * w.len(), &|chunk| {
             ops::rms_norm(chunk, w, eps, kind)
@@ -112,6 +116,7 @@ impl Backend for CpuBackend {
         eps: f32,
         kind: NormKind,
     ) {
+        let _op = trace::span("add_rms_norm");
         // the chunks of `out` index `x` unchecked (the trait's default panics here too)
         assert_eq!(x.len(), out.len(), "add_rms_norm: x and out differ in size");
         let (width, base) = (w.len().max(1), out.as_ptr() as usize);
@@ -149,6 +154,7 @@ impl Backend for CpuBackend {
         freq_scale: f32,
         kind: RopeKind,
     ) {
+        let _op = trace::span("rope");
         let (width, half, base) = (n_head * head_dim, head_dim / 2, x.as_ptr() as usize);
         if width == 0 || x.len() != positions.len() * width {
             // a shape the row split does not cover: the serial loop rotates what it can
@@ -175,10 +181,12 @@ impl Backend for CpuBackend {
         p: &AttnParams,
         out: &mut [f32],
     ) -> Result<()> {
+        let _op = trace::span("attention");
         attention::attention(&self.pool, q, k, v, n_kv, positions, p, out)
     }
 
     fn glu(&self, gate: &mut [f32], up: &[f32], act: Activation) {
+        let _op = trace::span("glu");
         par_glu(&self.pool, gate, up, act)
     }
 
@@ -191,6 +199,7 @@ impl Backend for CpuBackend {
         up: &mut [f32],
         act: Activation,
     ) -> Result<()> {
+        let _op = trace::span("matmul_glu");
         matmul::matmul_glu(&self.pool, ws, x, rows, gate, up, act, self.exact)
     }
 }

@@ -7,6 +7,7 @@
 //! A task that panics, on any thread, makes `run` panic on its caller once the job is over;
 //! the workers live on.
 use crate::matmul::prefetch_lines_l2;
+use crate::trace;
 use std::any::Any;
 use std::cell::Cell;
 use std::panic::AssertUnwindSafe;
@@ -118,6 +119,7 @@ impl ThreadPool {
             return;
         }
         let mut generation = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _job = trace::span("run");
         let s = &*self.shared;
         let own = n_tasks.min(self.n_threads()).min(OWN_TASKS);
         let job = Job {
@@ -139,6 +141,7 @@ impl ThreadPool {
             s.wake.notify_all();
         }
         run_tasks(&job, 0);
+        trace::event("own_done");
         let (mut next, stop) = IDLE_PREFETCH.get();
         while job.done_tasks.load(Ordering::Acquire) < n_tasks {
             if next < stop {
@@ -148,6 +151,7 @@ impl ThreadPool {
             }
         }
         IDLE_PREFETCH.set((next, stop));
+        trace::event("all_done");
         *generation += 1;
         s.published
             .store(*generation << ADDR_BITS, Ordering::SeqCst);
@@ -168,7 +172,10 @@ fn run_tasks(job: &Job, me: usize) {
     let own = job.own;
     let run = |i: usize| {
         // a task that unwound still counts as done, or the caller would wait forever
-        if let Err(payload) = std::panic::catch_unwind(AssertUnwindSafe(|| (job.f)(i))) {
+        let task = trace::span("task");
+        let ran = std::panic::catch_unwind(AssertUnwindSafe(|| (job.f)(i)));
+        drop(task);
+        if let Err(payload) = ran {
             let mut first = job.panic.lock().unwrap_or_else(|e| e.into_inner());
             first.get_or_insert(payload);
         }
@@ -203,6 +210,7 @@ fn worker_loop(s: &Shared, me: usize) {
         if word & ADDR_MASK == 0 {
             continue;
         }
+        trace::event("seen");
         s.active.fetch_add(1, Ordering::SeqCst);
         // Still published after `active` went up: `run` has not unpublished it, so it waits
         // for this worker before its job leaves the stack.

@@ -169,12 +169,17 @@ pub fn run(a: BenchArgs) -> CliResult {
     for t in &mut tests {
         fill_depth(&model, be, &mut cache, t.n_depth)?;
         run_once(&model, be, &mut cache, t, 0)?;
+        // the timeline (a `trace` build) holds the timed runs only
+        ishizuki_cpu::trace::clear();
         for rep in 1..=a.reps as u64 {
             let ts = run_once(&model, be, &mut cache, t, rep)?;
             t.samples_ts.push(ts);
         }
     }
     let wall = t0.elapsed();
+    if let Some(path) = std::env::var_os("ISHIZUKI_TRACE") {
+        ishizuki_cpu::trace::write(path.as_ref())?;
+    }
     // Peak memory of the model and its cache, before the bandwidth probe allocates its buffer.
     let peak = peak_rss();
     let weight_bytes = model.weight_bytes();

@@ -536,7 +536,9 @@ pub fn matmul(
     STATE.with_borrow_mut(|state| {
         let total = spans::total_bytes(&ps);
         next_call::record(&ps, total, spans, &mut state.ahead);
+        let quantizing = crate::trace::span("quantize");
         state.acts.quantize(pool, x, rows, ws[0].n_in);
+        drop(quantizing);
         state.chunks.reset(total, spans);
         let CallState {
             acts,
