@@ -3,8 +3,11 @@
 //! the `trace` feature; without it every call here is empty and inlines away.
 //!
 //! `cargo build --release --features trace` (the `ishizuki` crate forwards the feature), then
-//! `ISHIZUKI_TRACE=FILE ishizuki bench ...` writes the timed runs' events to FILE, one
-//! `thread nanoseconds event` line each.
+//! `ISHIZUKI_TRACE=FILE ishizuki bench ...` writes the events of the last test's timed runs to
+//! FILE, one `thread nanoseconds event` line each.
+
+/// Whether this build records a timeline.
+pub const ENABLED: bool = cfg!(feature = "trace");
 
 /// Records the point `event` on this thread's timeline.
 #[inline(always)]

@@ -169,7 +169,7 @@ pub fn run(a: BenchArgs) -> CliResult {
     for t in &mut tests {
         fill_depth(&model, be, &mut cache, t.n_depth)?;
         run_once(&model, be, &mut cache, t, 0)?;
-        // the timeline (a `trace` build) holds the timed runs only
+        // the timeline (a `trace` build) holds the last test's timed runs
         ishizuki_cpu::trace::clear();
         for rep in 1..=a.reps as u64 {
             let ts = run_once(&model, be, &mut cache, t, rep)?;
@@ -178,6 +178,11 @@ pub fn run(a: BenchArgs) -> CliResult {
     }
     let wall = t0.elapsed();
     if let Some(path) = std::env::var_os("ISHIZUKI_TRACE") {
+        if !ishizuki_cpu::trace::ENABLED {
+            eprintln!(
+                "ISHIZUKI_TRACE: this build records no timeline (build with --features trace)"
+            );
+        }
         ishizuki_cpu::trace::write(path.as_ref())?;
     }
     // Peak memory of the model and its cache, before the bandwidth probe allocates its buffer.
