@@ -432,3 +432,57 @@ fn racing_claims_take_every_chunk_once() {
         assert_eq!(all.last().map(|r| r.end), Some(total));
     }
 }
+
+/// What one decode step pays between its matmuls' streaming, per call: the row ops the caller
+/// runs alone and a small packed matmul's fixed cost.
+#[test]
+#[ignore = "a measurement: cargo test --release -p ishizuki-cpu serial_costs -- --ignored --nocapture"]
+fn serial_costs() {
+    let mut rng = Rng(5);
+    let time = |name: &str, f: &mut dyn FnMut()| {
+        let mut ts: Vec<f64> = (0..2000)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                f();
+                t.elapsed().as_secs_f64() * 1e9
+            })
+            .collect();
+        ts.sort_by(f64::total_cmp);
+        println!("{name:>28}: {:7.0} ns", ts[ts.len() / 2]);
+    };
+    let pool = ThreadPool::new(1);
+    for k in [576usize, 1536] {
+        let x: Vec<f32> = (0..k).map(|_| rng.unit()).collect();
+        let mut acts = crate::gemm::Acts::default();
+        time(&format!("quantize {k}"), &mut || {
+            acts.quantize(&pool, &x, 1, k)
+        });
+        let w: Vec<f32> = (0..k).map(|_| rng.unit()).collect();
+        let mut y = x.clone();
+        time(&format!("rms_norm {k}"), &mut || {
+            crate::ops::rms_norm(&mut y, &w, 1e-5, ishizuki_core::backend::NormKind::Rms)
+        });
+        // on a fresh copy each time: gating its own output would drift into subnormals
+        let mut g = x.clone();
+        time(&format!("copy and glu {k}"), &mut || {
+            g.copy_from_slice(&x);
+            crate::ops::glu(&mut g, &w, ishizuki_core::backend::Activation::SwiGlu)
+        });
+    }
+    for threads in [1, 2] {
+        let pool = ThreadPool::new(threads);
+        let (ty, n_out, k) = (GgmlType::Q4_1, 32, 576);
+        let wq = weights(ty, n_out, k, &mut rng);
+        let mut view = WeightView::new(ty, n_out, k, &wq);
+        let copy = pack(&view, &HugeArena::default(), &mut |_| {}).unwrap();
+        view.packed = Some(&copy);
+        let x: Vec<f32> = (0..k).map(|_| rng.unit()).collect();
+        let mut out = vec![0f32; n_out];
+        time(&format!("packed 32x576, {threads} thr"), &mut || {
+            matmul(&pool, &[view], &x, 1, &mut [&mut out])
+        });
+        time(&format!("empty pool.run, {threads} thr"), &mut || {
+            pool.run(threads, &|_| {})
+        });
+    }
+}
