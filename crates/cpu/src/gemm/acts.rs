@@ -186,9 +186,12 @@ mod x86 {
             sum32.as_mut_ptr(),
             _mm256_mul_ps(db, _mm256_add_ps(s_lo, s_hi)),
         );
-        let (a, b) = (_mm256_mul_ps(db, s_lo), _mm256_mul_ps(db, s_hi));
-        // sum16 interleaves each block's two halves: [a0 b0 a1 b1 ...]
-        let (u, v) = (_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
+        let (first, second) = (_mm256_mul_ps(db, s_lo), _mm256_mul_ps(db, s_hi));
+        // sum16 interleaves each block's two halves: [first0 second0 first1 second1 ...]
+        let (u, v) = (
+            _mm256_unpacklo_ps(first, second),
+            _mm256_unpackhi_ps(first, second),
+        );
         _mm256_storeu_ps(sum16.as_mut_ptr(), _mm256_permute2f128_ps::<0x20>(u, v));
         _mm256_storeu_ps(
             sum16.as_mut_ptr().add(8),
@@ -248,7 +251,7 @@ mod tests {
             let mut x: Vec<f32> = (0..n)
                 .map(|i| ((i * 7919) % 1000) as f32 / 37.0 - 13.5)
                 .collect();
-            // an all-zero block, and blocks of very different scales
+            // an all-zero last block, and blocks of very different scales
             x[n - 32..].fill(0.0);
             x.iter_mut().skip(64).step_by(97).for_each(|v| *v *= 1e3);
             let b = n / 32;
