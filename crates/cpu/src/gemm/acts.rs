@@ -146,15 +146,7 @@ mod x86 {
         sum32: &mut [f32],
     ) {
         let p = x.as_ptr();
-        let sign = _mm256_set1_ps(-0.0);
-        let abs = |i: usize| _mm256_andnot_ps(sign, _mm256_loadu_ps(p.add(i)));
-        let maxima: [__m256; 8] = std::array::from_fn(|b| {
-            let i = 32 * b;
-            _mm256_max_ps(
-                _mm256_max_ps(abs(i), abs(i + 8)),
-                _mm256_max_ps(abs(i + 16), abs(i + 24)),
-            )
-        });
+        let maxima: [__m256; 8] = std::array::from_fn(|b| block_abs_max(p.add(32 * b)));
         let amax = reduce8(maxima, |a, b| _mm256_max_ps(a, b));
         let db = _mm256_div_ps(amax, _mm256_set1_ps(127.0));
         let positive = _mm256_cmp_ps::<_CMP_GT_OQ>(db, _mm256_setzero_ps());
@@ -162,21 +154,14 @@ mod x86 {
         _mm256_storeu_ps(d.as_mut_ptr(), db);
         let mut ids = [0f32; 8];
         _mm256_storeu_ps(ids.as_mut_ptr(), id);
-        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
         let mut lo = [_mm256_setzero_ps(); 8];
         let mut hi = [_mm256_setzero_ps(); 8];
         for b in 0..8 {
-            let (pb, scale) = (p.add(32 * b), _mm256_set1_ps(ids[b]));
-            // cvtps rounds half to even under the default MXCSR mode
-            let quant =
-                |i: usize| _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(pb.add(i)), scale));
-            let (q0, q1, q2, q3) = (quant(0), quant(8), quant(16), quant(24));
+            let (first, second) =
+                quantize_block_lanes(p.add(32 * b), ids[b], q.as_mut_ptr().add(32 * b));
             // integer lane sums, exact in f32 (at most 16 x 127 in magnitude)
-            lo[b] = _mm256_cvtepi32_ps(_mm256_add_epi32(q0, q1));
-            hi[b] = _mm256_cvtepi32_ps(_mm256_add_epi32(q2, q3));
-            let packed = _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
-            let ordered = _mm256_permutevar8x32_epi32(packed, order);
-            _mm256_storeu_si256(q.as_mut_ptr().add(32 * b).cast(), ordered);
+            lo[b] = _mm256_cvtepi32_ps(first);
+            hi[b] = _mm256_cvtepi32_ps(second);
         }
         let (s_lo, s_hi) = (
             reduce8(lo, |a, b| _mm256_add_ps(a, b)),
@@ -199,14 +184,20 @@ mod x86 {
         );
     }
 
+    /// The lane maxima of `|x|` over the 32 values at `p`.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn max_abs(x: &[f32]) -> f32 {
-        let p = x.as_ptr();
+    #[inline]
+    unsafe fn block_abs_max(p: *const f32) -> __m256 {
         let abs = |i: usize| _mm256_andnot_ps(_mm256_set1_ps(-0.0), _mm256_loadu_ps(p.add(i)));
-        let m = _mm256_max_ps(
+        _mm256_max_ps(
             _mm256_max_ps(abs(0), abs(8)),
             _mm256_max_ps(abs(16), abs(24)),
-        );
+        )
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn max_abs(x: &[f32]) -> f32 {
+        let m = block_abs_max(x.as_ptr());
         let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
         let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
         _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)))
@@ -221,20 +212,25 @@ mod x86 {
 
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn quantize_block(x: &[f32], id: f32, q: &mut [i8]) -> [i32; 2] {
-        let (p, scale) = (x.as_ptr(), _mm256_set1_ps(id));
+        let (first, second) = quantize_block_lanes(x.as_ptr(), id, q.as_mut_ptr());
+        [hsum_i32(first), hsum_i32(second)]
+    }
+
+    /// Writes `round(x * id)` of the 32 values at `p` to the 32 bytes at `q`; returns the
+    /// lane sums of each half's quants.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn quantize_block_lanes(p: *const f32, id: f32, q: *mut i8) -> (__m256i, __m256i) {
+        let scale = _mm256_set1_ps(id);
         // cvtps rounds half to even under the default MXCSR mode
         let quant = |i: usize| _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(p.add(i)), scale));
         let (q0, q1, q2, q3) = (quant(0), quant(8), quant(16), quant(24));
-        let sums = [
-            hsum_i32(_mm256_add_epi32(q0, q1)),
-            hsum_i32(_mm256_add_epi32(q2, q3)),
-        ];
         // the packs interleave 128-bit lanes; the permute puts the dwords back in order
         let packed = _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
         let ordered =
             _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        _mm256_storeu_si256(q.as_mut_ptr().cast(), ordered);
-        sums
+        _mm256_storeu_si256(q.cast(), ordered);
+        (_mm256_add_epi32(q0, q1), _mm256_add_epi32(q2, q3))
     }
 }
 
