@@ -308,6 +308,20 @@ pub(crate) fn prefetch_lines_l2(at: *const u8, len: usize, end: *const u8) {
     prefetch_lines_into::<true>(at, len, end)
 }
 
+/// Asks for `lines` consecutive cache lines from `at`, with no bound per line: the caller has
+/// checked that they lie in mapped memory. With `lines` a constant this is a few bare
+/// prefetches, where `prefetch_lines`' bound and loop cost a packed kernel as much as a
+/// sub-block's arithmetic.
+#[inline(always)]
+pub(crate) fn prefetch_line_run(at: *const u8, lines: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for line in 0..lines {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: a prefetch has no side effects (the caller keeps it to mapped memory).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(64 * line).cast()) };
+    }
+}
+
 #[inline(always)]
 fn prefetch_lines_into<const L2: bool>(at: *const u8, len: usize, end: *const u8) {
     #[cfg(target_arch = "x86_64")]

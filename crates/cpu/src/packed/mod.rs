@@ -190,6 +190,22 @@ impl Kind {
         }
     }
 
+    /// The kind the kernels' generics `<BITS, KQ, MINS>` stand for.
+    pub const fn of_generics(bits: u8, kq: bool, mins: bool) -> Kind {
+        match (bits, kq) {
+            (4, true) => Kind::NibblesK,
+            (4, false) => Kind::Nibbles { mins },
+            (5, _) => Kind::Nibbles5 { mins },
+            _ => Kind::Bytes,
+        }
+    }
+
+    /// Cache lines a kernel asks for ahead per sub-block: a sub-block's share of its group's
+    /// bytes, rounded up.
+    pub const fn sub_lines(self) -> usize {
+        (self.group_bytes() / self.group_subs()).div_ceil(64)
+    }
+
     /// Offset in a tile of sub-block `s`'s quants.
     pub const fn quants_at(self, s: usize) -> usize {
         s / self.group_subs() * self.group_bytes() + s % self.group_subs() * self.quant_bytes()

@@ -252,6 +252,7 @@ fn rows_sweep() {
 
 /// GB/s of one-row packed matmuls over a weight larger than most L3s, next to the plain read
 /// bandwidth of the same bytes, 1 and 2 threads: how close decode gets to the memory's speed.
+/// A weight that fits a 2 MiB L2 shows what the kernel itself takes (its compute, not memory).
 /// `cargo test --release -p ishizuki-cpu packed_throughput -- --ignored --nocapture`.
 #[test]
 #[ignore]
@@ -263,6 +264,8 @@ fn packed_throughput() {
     for (ty, n_out, k) in [
         (GgmlType::Q8_0, 1 << 18, 576),
         (GgmlType::Q4_1, 1 << 19, 576),
+        (GgmlType::Q8_0, 768, 576),
+        (GgmlType::Q4_1, 1536, 576),
     ] {
         let w = weights(ty, n_out, k, &mut rng);
         let arena = HugeArena::default();
@@ -275,7 +278,7 @@ fn packed_throughput() {
         let mut out = vec![0f32; n_out];
         for threads in [1, 2] {
             let pool = ThreadPool::new(threads);
-            let mut times: Vec<f64> = (0..30)
+            let mut times: Vec<f64> = (0..if copy.bytes > 1 << 24 { 30 } else { 300 })
                 .map(|_| {
                     let start = std::time::Instant::now();
                     matmul(&pool, &[view], &x, 1, &mut [&mut out]);

@@ -5,7 +5,7 @@
 //! the activation's sign moved onto them by `vpsignb`, which also cancels its min.
 use super::{k_mins_at, k_scales_at, Kind, Packed, K_SUBS, NR, SUB};
 use crate::gemm::Acts;
-use crate::matmul::{prefetch_lines, PREFETCH_BYTES};
+use crate::matmul::{prefetch_line_run, prefetch_lines, PREFETCH_BYTES};
 use std::arch::x86_64::*;
 use std::ops::Range;
 
@@ -61,6 +61,10 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const MINS: bool, const R: u
     );
     debug_assert_eq!(subs, kind.group_subs());
     let stride = group_bytes / subs;
+    let lines = const { Kind::of_generics(BITS, KQ, MINS).sub_lines() };
+    debug_assert_eq!(Kind::of_generics(BITS, KQ, MINS), kind);
+    // the tile's lines ahead all lie in mapped memory (every tile but the arena's last few)
+    let mapped = base.wrapping_add(n_sub * stride + PREFETCH_BYTES + 64 * lines) <= end;
     let (mut d, mut neg_dmin) = ([_mm256_setzero_ps(); 2], [_mm256_setzero_ps(); 2]);
     let (aq, ad, asum) = a.row_ptrs::<R>(m0, SUB);
     let aq = aq.map(<*const i8>::cast::<i32>);
@@ -71,23 +75,29 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const MINS: bool, const R: u
         let sb = group.add(s % subs * quant_bytes);
         if m0 == 0 {
             let at = base.wrapping_add(s * stride + PREFETCH_BYTES);
-            prefetch_lines(at, stride, end);
+            if mapped {
+                prefetch_line_run(at, lines);
+            } else {
+                prefetch_lines(at, stride, end);
+            }
         }
         let mut dot = [[_mm256_setzero_si256(); 2]; R];
         // activation quad `j` of this sub-block, broadcast
         let x = |r: usize, j: usize| _mm256_set1_epi32(aq[r].add(s * SUB / 4 + j).read_unaligned());
-        for (h, offset) in [0, 32].into_iter().enumerate() {
+        for (half, offset) in [0, 32].into_iter().enumerate() {
             if BITS == 8 {
                 for j in 0..8 {
                     let w = _mm256_loadu_si256(sb.add(64 * j + offset).cast());
                     let w = _mm256_xor_si256(w, _mm256_set1_epi8(-128));
                     let w_abs = _mm256_abs_epi8(w);
                     for (r, dot) in dot.iter_mut().enumerate() {
-                        dot[h] = dot_add(dot[h], w_abs, _mm256_sign_epi8(x(r, j), w));
+                        dot[half] = dot_add(dot[half], w_abs, _mm256_sign_epi8(x(r, j), w));
                     }
                 }
                 continue;
             }
+            // per row, the 16-bit pair sums of the low and of the high quants
+            let mut pairs = [(_mm256_setzero_si256(), _mm256_setzero_si256()); R];
             for j in 0..4 {
                 let v = _mm256_loadu_si256(sb.add(64 * j + offset).cast());
                 let mut lo = _mm256_and_si256(v, low4);
@@ -100,10 +110,20 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const MINS: bool, const R: u
                     lo = _mm256_or_si256(lo, fifth(j));
                     hi = _mm256_or_si256(hi, fifth(j + 4));
                 }
-                for (r, dot) in dot.iter_mut().enumerate() {
-                    dot[h] = dot_add(dot[h], lo, x(r, j));
-                    dot[h] = dot_add(dot[h], hi, x(r, j + 4));
+                for (r, (low, high)) in pairs.iter_mut().enumerate() {
+                    *low = _mm256_add_epi16(*low, _mm256_maddubs_epi16(lo, x(r, j)));
+                    *high = _mm256_add_epi16(*high, _mm256_maddubs_epi16(hi, x(r, j + 4)));
                 }
+            }
+            // widen the pair sums once per half: 4 of them are at most 4 * 2 * 31 * 128 in
+            // size (5-bit quants), 8 of 4-bit ones 8 * 2 * 15 * 128, both inside i16
+            for (dot, (low, high)) in dot.iter_mut().zip(pairs) {
+                let ones = _mm256_set1_epi16(1);
+                dot[half] = if BITS == 4 {
+                    _mm256_madd_epi16(_mm256_add_epi16(low, high), ones)
+                } else {
+                    _mm256_add_epi32(_mm256_madd_epi16(low, ones), _mm256_madd_epi16(high, ones))
+                };
             }
         }
         let heads = group.add(subs * quant_bytes);

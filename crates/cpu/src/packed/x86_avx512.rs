@@ -3,7 +3,7 @@
 //! activation row's 4 bytes broadcast; the 16 scales and mins convert from f16 as one vector.
 use super::{k_mins_at, k_scales_at, Kind, Packed, K_SUBS, NR, SUB};
 use crate::gemm::Acts;
-use crate::matmul::{prefetch_lines, PREFETCH_BYTES};
+use crate::matmul::{prefetch_line_run, prefetch_lines, PREFETCH_BYTES};
 use std::arch::x86_64::*;
 use std::ops::Range;
 
@@ -36,10 +36,15 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const MINS: bool, const R: u
     debug_assert_eq!(subs, kind.group_subs());
     // a sub-block's share of its group's bytes, as much as is prefetched per sub-block
     let stride = group_bytes / subs;
+    let lines = const { Kind::of_generics(BITS, KQ, MINS).sub_lines() };
+    debug_assert_eq!(Kind::of_generics(BITS, KQ, MINS), kind);
+    // the tile's lines ahead all lie in mapped memory (every tile but the arena's last few)
+    let mapped = base.wrapping_add(n_sub * stride + PREFETCH_BYTES + 64 * lines) <= end;
     let (mut d, mut neg_dmin) = (_mm512_setzero_ps(), _mm512_setzero_ps());
     let (aq, ad, asum) = a.row_ptrs::<R>(m0, SUB);
     let aq = aq.map(<*const i8>::cast::<i32>);
     let low4 = _mm512_set1_epi8(0x0f);
+    let high4 = _mm512_set1_epi8(0xf0_u8 as i8);
     let mut acc = [_mm512_setzero_ps(); R];
     for s in 0..n_sub {
         let group = base.add(s / subs * group_bytes);
@@ -48,7 +53,11 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const MINS: bool, const R: u
             // a few lines a sub-block keep the stream ahead without bursts that fill the
             // line-fill buffers; past the weight's end they are the next weight's
             let at = base.wrapping_add(s * stride + PREFETCH_BYTES);
-            prefetch_lines(at, stride, end);
+            if mapped {
+                prefetch_line_run(at, lines);
+            } else {
+                prefetch_lines(at, stride, end);
+            }
         }
         // two partial sums per row halve the chain of dependent `vpdpbusd`s
         let mut dot = [_mm512_setzero_si512(); R];
@@ -68,7 +77,13 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const MINS: bool, const R: u
             for j in 0..4 {
                 let v = _mm512_loadu_si512(sb.add(64 * j).cast());
                 let mut lo = _mm512_and_si512(v, low4);
-                let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), low4);
+                // 4-bit high nibbles stay in place, 16 times their value: one shift of the
+                // sum below instead of one per load (5-bit ones take their fifth bit as 16)
+                let mut hi = if BITS == 4 {
+                    _mm512_and_si512(v, high4)
+                } else {
+                    _mm512_and_si512(_mm512_srli_epi16::<4>(v), low4)
+                };
                 if BITS == 5 {
                     let fifth = |jq: usize| sb.add(256 + 8 * jq).cast::<u64>().read_unaligned();
                     lo = _mm512_mask_add_epi8(lo, fifth(j), lo, _mm512_set1_epi8(16));
@@ -106,7 +121,13 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const MINS: bool, const R: u
         };
         for r in 0..R {
             let d = _mm512_mul_ps(scale, _mm512_set1_ps(*ad[r].add(s)));
-            let dot = _mm512_add_epi32(dot[r], dot2[r]);
+            // a sum of 16x high nibbles is a multiple of 16: the shift is exact
+            let high = if BITS == 4 {
+                _mm512_srai_epi32::<4>(dot2[r])
+            } else {
+                dot2[r]
+            };
+            let dot = _mm512_add_epi32(dot[r], high);
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), d, acc[r]);
             acc[r] = _mm512_fmadd_ps(min, _mm512_set1_ps(*asum[r].add(s)), acc[r]);
         }
