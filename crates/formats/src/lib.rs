@@ -1,4 +1,6 @@
 //! Model file formats over mmap. Knows nothing about backends.
 pub mod gguf;
 
-pub use gguf::{GgufError, GgufFile, GgufWriteError, GgufWriter, TensorInfo, Value, ValueType};
+pub use gguf::{
+    GgufError, GgufFile, GgufWriteError, GgufWriter, TensorAt, TensorInfo, Value, ValueType,
+};

@@ -2,7 +2,7 @@
 use crate::config::TransformerConfig;
 use crate::ModelError;
 use ishizuki_core::{quant::dequantize_row, Backend, PackedWeight, WeightView};
-use ishizuki_formats::{GgufFile, TensorInfo};
+use ishizuki_formats::{GgufFile, TensorAt, TensorInfo};
 use std::sync::Arc;
 
 /// A 2-D matrix in the mapped file: `n_out` rows of `n_in` elements, and the backend's packed
@@ -12,8 +12,8 @@ pub struct Weight {
     pub n_out: usize,
     pub n_in: usize,
     info: TensorInfo,
-    /// `info`'s place in the file's tensors.
-    position: usize,
+    /// Where its bytes lie in the file it was loaded from.
+    at: TensorAt,
     packed: Option<Arc<PackedWeight>>,
 }
 
@@ -22,7 +22,10 @@ impl Weight {
         let packed = self.packed.as_deref();
         let data = match packed.and_then(|p| p.resident.as_deref()) {
             Some(copy) => copy,
-            None => file.tensor_data_at(self.position, &self.info),
+            // its bytes in the file it came from; in another file, the tensor of its name
+            None => file
+                .data_at(self.at)
+                .unwrap_or_else(|| file.tensor_data(&self.info)),
         };
         WeightView {
             packed,
@@ -86,11 +89,11 @@ impl Loader<'_> {
 
     /// A matrix with ggml dims `[n_in, n_out]`.
     fn matrix(&self, name: &str, n_out: usize, n_in: usize) -> Result<Weight, ModelError> {
-        let position = self
-            .file
-            .tensor_position(name)
-            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
-        let info = &self.file.tensors[position];
+        let position = self.file.tensor_position(name);
+        let (Some(info), Some(at)) = (self.info(name), position.and_then(|p| self.file.locate(p)))
+        else {
+            return Err(ModelError::MissingTensor(name.to_string()));
+        };
         let want = [n_in as u64, n_out as u64];
         if info.dims != want {
             return Err(ModelError::TensorShape {
@@ -103,7 +106,7 @@ impl Loader<'_> {
             n_out,
             n_in,
             info: info.clone(),
-            position,
+            at,
             packed: None,
         })
     }

@@ -61,6 +61,8 @@ impl Deref for Storage {
 
 pub struct GgufFile {
     storage: Storage,
+    /// Unique among the files this process opened: a `TensorAt` names bytes of this one only.
+    id: u64,
     pub version: u32,
     /// In file order.
     pub metadata: Vec<(String, Value)>,
@@ -71,6 +73,14 @@ pub struct GgufFile {
     pub alignment: u64,
     /// Absolute file offset of the data section.
     pub data_offset: u64,
+}
+
+/// Where one tensor's bytes lie in the file that located it (`GgufFile::locate`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TensorAt {
+    file: u64,
+    start: usize,
+    len: usize,
 }
 
 impl GgufFile {
@@ -87,9 +97,11 @@ impl GgufFile {
     }
 
     fn from_storage(storage: Storage) -> Result<GgufFile, GgufError> {
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let p = reader::parse(&storage)?;
         Ok(GgufFile {
             storage,
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             version: p.version,
             metadata: p.metadata,
             index: p.index,
@@ -149,13 +161,24 @@ impl GgufFile {
         self.tensor_index.get(name).copied()
     }
 
-    /// `tensor_data` of an info at `tensors[position]`, without hashing its name (decode
-    /// views every weight each token).
-    pub fn tensor_data_at(&self, position: usize, t: &TensorInfo) -> &[u8] {
-        match self.tensors.get(position) {
-            Some(own) if own == t => self.data_of(own),
-            _ => self.tensor_data(t),
+    /// Where the bytes of `tensors[position]` lie, for `data_at`.
+    pub fn locate(&self, position: usize) -> Option<TensorAt> {
+        let own = self.tensors.get(position)?;
+        Some(TensorAt {
+            file: self.id,
+            start: (self.data_offset + own.offset) as usize,
+            len: own.n_bytes as usize,
+        })
+    }
+
+    /// The bytes `at` names if this file handed it out (`locate`), else None. Decode views
+    /// every weight each token: this reads no tensor info, whose name and dims would be cold
+    /// cache lines after a token's stream of weights.
+    pub fn data_at(&self, at: TensorAt) -> Option<&[u8]> {
+        if at.file != self.id {
+            return None;
         }
+        self.storage.get(at.start..at.start.checked_add(at.len)?)
     }
 
     /// The bytes of a tensor, refusing an info that is not one of this file's tensors.

@@ -172,13 +172,14 @@ fn foreign_tensor_info_is_refused() {
         Err(GgufError::ForeignTensor { .. })
     ));
     assert_eq!(f.tensor_data(&info), &[] as &[u8]);
-    // by position: the same refusal, and an info at another position is found by name
-    assert_eq!(f.tensor_data_at(0, &info), &[] as &[u8]);
+    // located: this file's bytes of the tensor, none for a place another file located
     let own = &f.tensors[0];
-    let at = f.tensor_position(&own.name).unwrap();
-    assert_eq!(f.tensor_data_at(at, own), f.tensor_data(own));
+    let at = f.locate(f.tensor_position(&own.name).unwrap()).unwrap();
+    assert_eq!(f.data_at(at), Some(f.tensor_data(own)));
     assert!(!f.tensor_data(own).is_empty());
-    assert_eq!(f.tensor_data_at(at + 1, own), f.tensor_data(own));
+    assert!(f.locate(f.tensors.len()).is_none());
+    let twin = GgufFile::from_bytes(w.to_bytes()).unwrap();
+    assert_eq!(twin.data_at(at), None);
     info.name = "nope".into();
     assert!(matches!(
         f.try_tensor_data(&info),
