@@ -47,6 +47,17 @@ pub fn exp_shifted(x: &mut [f32], max: f32) -> f32 {
     exp_shifted_scalar(x, max)
 }
 
+/// The largest of `x` (NaNs ignored, as `f32::max` does; -inf when empty): a vector of running
+/// maxima where the fold's chain of dependent `max`es takes a cycle count per element.
+pub fn max_of(x: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if tier() >= Tier::Avx2 {
+        // SAFETY: the tier guarantees AVX2.
+        return unsafe { x86::max_of(x) };
+    }
+    x.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v))
+}
+
 /// The sigmoid's argument: x for SiLU, 2 sqrt(2/pi) (x + 0.044715 x^3) for the tanh GELU
 /// (0.5 x (1 + tanh(u)) = x sigmoid(2u)).
 #[inline(always)]
@@ -216,6 +227,25 @@ mod x86 {
         }
     }
 
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn max_of(x: &[f32]) -> f32 {
+        let chunks = x.chunks_exact(16);
+        let tail = chunks.remainder();
+        let mut acc = [_mm256_set1_ps(f32::NEG_INFINITY); 2];
+        for c in chunks {
+            for (i, a) in acc.iter_mut().enumerate() {
+                // a NaN in x yields the second operand: the running maximum
+                *a = _mm256_max_ps(_mm256_loadu_ps(c.as_ptr().add(8 * i)), *a);
+            }
+        }
+        let mut lanes = [0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), _mm256_max_ps(acc[0], acc[1]));
+        lanes
+            .iter()
+            .chain(tail)
+            .fold(f32::NEG_INFINITY, |m, v| m.max(*v))
+    }
+
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn exp_shifted(x: &mut [f32], max: f32) -> f32 {
         let n = x.len();
@@ -250,6 +280,27 @@ mod tests {
     fn close(got: f32, want: f32, what: &str, x: f32) {
         let tol = 4e-6 * want.abs() + 1e-7 * x.abs() + 1e-30;
         assert!((got - want).abs() <= tol, "{what}({x}): {got} vs {want}");
+    }
+
+    /// The vector maximum is the fold's for any length, with NaNs ignored and -inf when empty.
+    #[test]
+    fn max_of_is_the_folded_max() {
+        let x = inputs();
+        for n in [0, 1, 7, 8, 15, 16, 17, 33, 100, x.len()] {
+            for shift in [0usize, 5] {
+                let mut v: Vec<f32> = x[..n].iter().map(|a| a - 0.37 * (shift as f32)).collect();
+                v.rotate_left(shift.min(n));
+                let want = v.iter().fold(f32::NEG_INFINITY, |m, a| m.max(*a));
+                assert_eq!(max_of(&v).to_bits(), want.to_bits(), "{n} values");
+                if n > 3 {
+                    v[n / 2] = f32::NAN;
+                    v[0] = f32::NAN;
+                    let want = v.iter().fold(f32::NEG_INFINITY, |m, a| m.max(*a));
+                    assert_eq!(max_of(&v).to_bits(), want.to_bits(), "{n} values with NaNs");
+                }
+            }
+        }
+        assert_eq!(max_of(&[f32::NAN; 20]), f32::NEG_INFINITY);
     }
 
     #[test]

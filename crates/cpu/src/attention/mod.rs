@@ -76,6 +76,19 @@ mod x86_avx512;
 #[cfg(target_arch = "x86_64")]
 type Pass = unsafe fn(&[f32], &[f16], usize, usize, usize, &mut [f32]);
 
+/// Keys a score pass takes at once for `group` heads: their `group * keys` sums, a key and a
+/// spare fit `regs` vector registers, and the sums reduce together (`x86_avx2::sum8x4`).
+#[cfg(target_arch = "x86_64")]
+const fn keys_per_step(group: usize, regs: usize) -> usize {
+    if group * 4 + 2 <= regs {
+        4
+    } else if group * 2 + 2 <= regs {
+        2
+    } else {
+        1
+    }
+}
+
 /// Fewest keys worth a task of their own.
 const MIN_KEYS_PER_SPLIT: usize = 128;
 
@@ -350,7 +363,7 @@ fn finish_scores(scores: &mut [f32], group: usize, n: usize, p: &AttnParams, par
     }
     for g in 0..group {
         let row = &mut scores[g * n..][..n];
-        let max = row.iter().fold(f32::NEG_INFINITY, |m, s| m.max(*s));
+        let max = crate::vmath::max_of(row);
         part.max[g] = max;
         part.sum[g] = crate::vmath::exp_shifted(row, max);
     }

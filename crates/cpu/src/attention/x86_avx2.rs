@@ -55,7 +55,32 @@ unsafe fn scores_g<const G: usize>(
     let n = j1 - j0;
     assert!(qs.len() == G * hd && out.len() >= G * n && k.len() >= j1 * hd);
     let q = qs.as_ptr();
-    for (jj, j) in (j0..j1).enumerate() {
+    // a few keys at a time, their sums reduced together: one horizontal sum per key costs
+    // more than the key's multiplies
+    let step = const { super::keys_per_step(G, 16) };
+    let mut jj = 0;
+    while jj + step <= n {
+        let mut acc = [[_mm256_setzero_ps(); 4]; G];
+        for c in 0..hd / 8 {
+            for key in 0..step {
+                let kp = k
+                    .as_ptr()
+                    .add((j0 + jj + key) * hd + 8 * c)
+                    .cast::<__m128i>();
+                let kc = _mm256_cvtph_ps(_mm_loadu_si128(kp));
+                for (g, a) in acc.iter_mut().enumerate() {
+                    let qc = _mm256_loadu_ps(q.add(g * hd + 8 * c));
+                    a[key] = _mm256_fmadd_ps(qc, kc, a[key]);
+                }
+            }
+        }
+        for (g, a) in acc.iter().enumerate() {
+            let sums = sum8x4(a[0], a[1], a[2], a[3]);
+            store_lanes(out.as_mut_ptr().add(g * n + jj), sums, step);
+        }
+        jj += step;
+    }
+    for (jj, j) in (j0 + jj..j1).enumerate().map(|(i, j)| (jj + i, j)) {
         let kp = k.as_ptr().add(j * hd).cast::<__m128i>();
         let mut acc = [_mm256_setzero_ps(); G];
         for c in 0..hd / 8 {
@@ -76,6 +101,24 @@ unsafe fn sum8(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// The lane sums of `a`, `b`, `c` and `d`, in that order.
+#[inline(always)]
+pub(super) unsafe fn sum8x4(a: __m256, b: __m256, c: __m256, d: __m256) -> __m128 {
+    // lanes 0-3: each vector's sum of its lanes 0-3; lanes 4-7: of its lanes 4-7
+    let h = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h))
+}
+
+/// Stores the first `n` (1, 2 or 4) lanes of `v` at `at`.
+#[inline(always)]
+pub(super) unsafe fn store_lanes(at: *mut f32, v: __m128, n: usize) {
+    match n {
+        4 => _mm_storeu_ps(at, v),
+        2 => _mm_storel_epi64(at.cast(), _mm_castps_si128(v)),
+        _ => _mm_store_ss(at, v),
+    }
 }
 
 /// `values` for `G` heads, `8 * W` dimensions of every head per pass over the keys.

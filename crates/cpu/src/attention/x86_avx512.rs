@@ -1,7 +1,7 @@
 //! AVX-512 score and value passes for `G` query heads sharing one KV head `(capacity, hd)`: each f16 key or
 //! value chunk is converted once and used by every head of the group, with the per-head sums
 //! held in registers (keys: one vector per head; values: 32 dimensions per head at a time).
-use super::MAX_GROUP;
+use super::{x86_avx2, MAX_GROUP};
 use half::f16;
 use std::arch::x86_64::*;
 
@@ -48,7 +48,34 @@ unsafe fn scores_g<const G: usize>(
     let n = j1 - j0;
     assert!(qs.len() == G * hd && out.len() >= G * n && k.len() >= j1 * hd);
     let q = qs.as_ptr();
-    for (jj, j) in (j0..j1).enumerate() {
+    // as the AVX2 pass: a few keys at a time, their sums reduced together
+    let step = const { super::keys_per_step(G, 32) };
+    let halves =
+        |v: __m512| _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps::<1>(v));
+    let mut jj = 0;
+    while jj + step <= n {
+        let mut acc = [[_mm512_setzero_ps(); 4]; G];
+        for c in 0..hd / 16 {
+            for key in 0..step {
+                let kp = k
+                    .as_ptr()
+                    .add((j0 + jj + key) * hd + 16 * c)
+                    .cast::<__m256i>();
+                let kc = _mm512_cvtph_ps(_mm256_loadu_si256(kp));
+                for (g, a) in acc.iter_mut().enumerate() {
+                    let qc = _mm512_loadu_ps(q.add(g * hd + 16 * c));
+                    a[key] = _mm512_fmadd_ps(qc, kc, a[key]);
+                }
+            }
+        }
+        for (g, a) in acc.iter().enumerate() {
+            let [a0, a1, a2, a3] = a.map(halves);
+            let sums = x86_avx2::sum8x4(a0, a1, a2, a3);
+            x86_avx2::store_lanes(out.as_mut_ptr().add(g * n + jj), sums, step);
+        }
+        jj += step;
+    }
+    for (jj, j) in (j0 + jj..j1).enumerate().map(|(i, j)| (jj + i, j)) {
         let kp = k.as_ptr().add(j * hd).cast::<__m256i>();
         let mut acc = [_mm512_setzero_ps(); G];
         for c in 0..hd / 16 {
