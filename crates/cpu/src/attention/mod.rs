@@ -574,8 +574,16 @@ mod tests {
     #[test]
     fn vector_paths_match_reference_for_real_head_shapes() {
         // SmolLM2 (group 3, 64 dims), Gemma 3 (group 4, 256 dims), a group of 8, a group too
-        // large for the register-held path, and 48 dims (not a multiple of 32)
-        for heads in [(9, 3, 64), (4, 1, 256), (8, 1, 32), (18, 2, 64), (4, 2, 48)] {
+        // large for the register-held path, 48 dims (not a multiple of 32), and no grouping
+        // (the score passes take 4, 2 or 1 keys at a time by group size, then the rest)
+        for heads in [
+            (9, 3, 64),
+            (4, 1, 256),
+            (8, 1, 32),
+            (18, 2, 64),
+            (4, 2, 48),
+            (4, 4, 64),
+        ] {
             check_heads(1, 300, None, 2, heads, None);
             check_heads(6, 50, Some(17), 2, heads, None);
         }
