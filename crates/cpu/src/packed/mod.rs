@@ -82,7 +82,7 @@ mod spans;
 mod tests;
 
 use crate::gemm::{unpack, Acts};
-use crate::matmul::{prefetch_lines, PREFETCH_BYTES};
+use crate::matmul::{prefetch_line_run, prefetch_lines, PREFETCH_BYTES};
 use crate::pool::{self, SharedMut, ThreadPool};
 use crate::simd::{tier, Tier};
 use half::f16;
@@ -200,12 +200,6 @@ impl Kind {
         }
     }
 
-    /// Cache lines a kernel asks for ahead per sub-block: a sub-block's share of its group's
-    /// bytes, rounded up.
-    pub const fn sub_lines(self) -> usize {
-        (self.group_bytes() / self.group_subs()).div_ceil(64)
-    }
-
     /// Offset in a tile of sub-block `s`'s quants.
     pub const fn quants_at(self, s: usize) -> usize {
         s / self.group_subs() * self.group_bytes() + s % self.group_subs() * self.quant_bytes()
@@ -315,6 +309,59 @@ impl Packed {
             }
         }
         Some(p)
+    }
+}
+
+/// How a kernel asks for its tile's stream `PREFETCH_BYTES` ahead, a sub-block's share of
+/// lines at a time (a few lines a sub-block keep the stream ahead without bursts that fill the
+/// line-fill buffers; past the weight's end they are the next weight's): bare prefetches when
+/// all the tile's lines ahead lie in mapped memory (every tile but the arena's last few), where
+/// a bound and a loop per line cost as much as the sub-block's arithmetic; else bounded ones.
+#[derive(Clone, Copy)]
+struct Ahead {
+    /// The tile's first sub-block, `PREFETCH_BYTES` on.
+    from: *const u8,
+    end: *const u8,
+    mapped: bool,
+    /// A sub-block's share of its group's bytes, and the lines that cover it (constants once
+    /// `for_tile` is inlined into a kernel).
+    stride: usize,
+    lines: usize,
+}
+
+impl Ahead {
+    /// For the tile at `base` of `p`, whose kind the kernel's `<BITS, KQ, MINS>` stand for.
+    #[inline(always)]
+    fn for_tile<const BITS: u8, const KQ: bool, const MINS: bool>(
+        p: &Packed,
+        base: *const u8,
+    ) -> Ahead {
+        debug_assert_eq!(Kind::of_generics(BITS, KQ, MINS), p.kind);
+        let stride = const {
+            let kind = Kind::of_generics(BITS, KQ, MINS);
+            kind.group_bytes() / kind.group_subs()
+        };
+        let lines = stride.div_ceil(64);
+        let (from, end) = (base.wrapping_add(PREFETCH_BYTES), p.prefetch_end());
+        let tile_ahead = p.n_in / SUB * stride + 64 * lines;
+        Ahead {
+            from,
+            end,
+            mapped: from.wrapping_add(tile_ahead) <= end,
+            stride,
+            lines,
+        }
+    }
+
+    /// Asks for sub-block `s`'s share of lines.
+    #[inline(always)]
+    fn fetch(&self, s: usize) {
+        let at = self.from.wrapping_add(s * self.stride);
+        if self.mapped {
+            prefetch_line_run(at, self.lines);
+        } else {
+            prefetch_lines(at, self.stride, self.end);
+        }
     }
 }
 

@@ -3,9 +3,9 @@
 //! broadcast and `vpmaddwd` sums the pairs (AVX2 has no `vpdpbusd`). 4- and 5-bit quants stay
 //! far from the 16-bit pair sums' saturation; Q8_0's bytes (`q + 128`) go in signed, with
 //! the activation's sign moved onto them by `vpsignb`, which also cancels its min.
-use super::{k_mins_at, k_scales_at, Kind, Packed, K_SUBS, NR, SUB};
+use super::{k_mins_at, k_scales_at, Ahead, Kind, Packed, K_SUBS, NR, SUB};
 use crate::gemm::Acts;
-use crate::matmul::{prefetch_line_run, prefetch_lines, PREFETCH_BYTES};
+use crate::matmul::{prefetch_lines, PREFETCH_BYTES};
 use std::arch::x86_64::*;
 use std::ops::Range;
 
@@ -53,18 +53,13 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const MINS: bool, const R: u
     let n_sub = p.n_in / SUB;
     let kind = p.kind;
     let base = p.bytes().as_ptr().add(tile * p.tile_bytes());
-    let end = p.prefetch_end();
     let (subs, group_bytes, quant_bytes) = (
         if KQ { K_SUBS } else { 1 },
         kind.group_bytes(),
         kind.quant_bytes(),
     );
     debug_assert_eq!(subs, kind.group_subs());
-    let stride = group_bytes / subs;
-    let lines = const { Kind::of_generics(BITS, KQ, MINS).sub_lines() };
-    debug_assert_eq!(Kind::of_generics(BITS, KQ, MINS), kind);
-    // the tile's lines ahead all lie in mapped memory (every tile but the arena's last few)
-    let mapped = base.wrapping_add(n_sub * stride + PREFETCH_BYTES + 64 * lines) <= end;
+    let ahead = Ahead::for_tile::<BITS, KQ, MINS>(p, base);
     let (mut d, mut neg_dmin) = ([_mm256_setzero_ps(); 2], [_mm256_setzero_ps(); 2]);
     let (aq, ad, asum) = a.row_ptrs::<R>(m0, SUB);
     let aq = aq.map(<*const i8>::cast::<i32>);
@@ -74,12 +69,7 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const MINS: bool, const R: u
         let group = base.add(s / subs * group_bytes);
         let sb = group.add(s % subs * quant_bytes);
         if m0 == 0 {
-            let at = base.wrapping_add(s * stride + PREFETCH_BYTES);
-            if mapped {
-                prefetch_line_run(at, lines);
-            } else {
-                prefetch_lines(at, stride, end);
-            }
+            ahead.fetch(s);
         }
         let mut dot = [[_mm256_setzero_si256(); 2]; R];
         // activation quad `j` of this sub-block, broadcast

@@ -1,9 +1,9 @@
 //! AVX-512 VNNI kernels over packed tiles: per sub-block, each 64-byte load of quants is one
 //! `vpdpbusd` operand for all 16 rows (nibbles split by a shift and a mask), against the
 //! activation row's 4 bytes broadcast; the 16 scales and mins convert from f16 as one vector.
-use super::{k_mins_at, k_scales_at, Kind, Packed, K_SUBS, NR, SUB};
+use super::{k_mins_at, k_scales_at, Ahead, Kind, Packed, K_SUBS, NR, SUB};
 use crate::gemm::Acts;
-use crate::matmul::{prefetch_line_run, prefetch_lines, PREFETCH_BYTES};
+use crate::matmul::{prefetch_lines, PREFETCH_BYTES};
 use std::arch::x86_64::*;
 use std::ops::Range;
 
@@ -26,7 +26,6 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const MINS: bool, const R: u
     let n_sub = p.n_in / SUB;
     let kind = p.kind;
     let base = p.bytes().as_ptr().add(tile * p.tile_bytes());
-    let end = p.prefetch_end();
     // `Kind::quants_at` and `heads_at` with the group's sub-blocks a constant (no division)
     let (subs, group_bytes, quant_bytes) = (
         if KQ { K_SUBS } else { 1 },
@@ -34,12 +33,7 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const MINS: bool, const R: u
         kind.quant_bytes(),
     );
     debug_assert_eq!(subs, kind.group_subs());
-    // a sub-block's share of its group's bytes, as much as is prefetched per sub-block
-    let stride = group_bytes / subs;
-    let lines = const { Kind::of_generics(BITS, KQ, MINS).sub_lines() };
-    debug_assert_eq!(Kind::of_generics(BITS, KQ, MINS), kind);
-    // the tile's lines ahead all lie in mapped memory (every tile but the arena's last few)
-    let mapped = base.wrapping_add(n_sub * stride + PREFETCH_BYTES + 64 * lines) <= end;
+    let ahead = Ahead::for_tile::<BITS, KQ, MINS>(p, base);
     let (mut d, mut neg_dmin) = (_mm512_setzero_ps(), _mm512_setzero_ps());
     let (aq, ad, asum) = a.row_ptrs::<R>(m0, SUB);
     let aq = aq.map(<*const i8>::cast::<i32>);
@@ -50,14 +44,7 @@ unsafe fn tile_rows<const BITS: u8, const KQ: bool, const MINS: bool, const R: u
         let group = base.add(s / subs * group_bytes);
         let sb = group.add(s % subs * quant_bytes);
         if m0 == 0 {
-            // a few lines a sub-block keep the stream ahead without bursts that fill the
-            // line-fill buffers; past the weight's end they are the next weight's
-            let at = base.wrapping_add(s * stride + PREFETCH_BYTES);
-            if mapped {
-                prefetch_line_run(at, lines);
-            } else {
-                prefetch_lines(at, stride, end);
-            }
+            ahead.fetch(s);
         }
         // two partial sums per row halve the chain of dependent `vpdpbusd`s
         let mut dot = [_mm512_setzero_si512(); R];
