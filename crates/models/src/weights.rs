@@ -89,9 +89,11 @@ impl Loader<'_> {
 
     /// A matrix with ggml dims `[n_in, n_out]`.
     fn matrix(&self, name: &str, n_out: usize, n_in: usize) -> Result<Weight, ModelError> {
-        let position = self.file.tensor_position(name);
-        let (Some(info), Some(at)) = (self.info(name), position.and_then(|p| self.file.locate(p)))
-        else {
+        let located = self
+            .file
+            .tensor_position(name)
+            .and_then(|p| Some((self.file.tensors.get(p)?, self.file.locate(p)?)));
+        let Some((info, at)) = located else {
             return Err(ModelError::MissingTensor(name.to_string()));
         };
         let want = [n_in as u64, n_out as u64];

@@ -163,11 +163,11 @@ impl GgufFile {
 
     /// Where the bytes of `tensors[position]` lie, for `data_at`.
     pub fn locate(&self, position: usize) -> Option<TensorAt> {
-        let own = self.tensors.get(position)?;
+        let bytes = self.byte_range(self.tensors.get(position)?);
         Some(TensorAt {
             file: self.id,
-            start: (self.data_offset + own.offset) as usize,
-            len: own.n_bytes as usize,
+            start: bytes.start,
+            len: bytes.len(),
         })
     }
 
@@ -194,8 +194,13 @@ impl GgufFile {
     /// The bytes of one of this file's tensors.
     fn data_of(&self, own: &TensorInfo) -> &[u8] {
         // Checked at open: data_offset + offset + n_bytes <= file length.
+        &self.storage[self.byte_range(own)]
+    }
+
+    /// Where one of this file's tensors lies in it.
+    fn byte_range(&self, own: &TensorInfo) -> std::ops::Range<usize> {
         let start = (self.data_offset + own.offset) as usize;
-        &self.storage[start..start + own.n_bytes as usize]
+        start..start + own.n_bytes as usize
     }
 
     /// Drops the whole pages of `bytes` (a part of this file's mapping) from the process's
