@@ -9,8 +9,10 @@ pub mod tokenize;
 
 use ishizuki::fetch::resolve_model;
 use ishizuki_cpu::CpuBackend;
+use ishizuki_engine::{Engine, TextModel};
 use ishizuki_models::Model;
 use ishizuki_text::Tokenizer;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Any error, printed with its message; subcommands only report.
@@ -47,4 +49,55 @@ pub fn load(model_arg: &str, threads: usize) -> CliResult<Loaded> {
         tokenizer,
         backend,
     })
+}
+
+/// How an engine is set up: the context, the prefix-cache slots and the name clients see.
+pub struct EngineOptions {
+    pub ctx: Option<usize>,
+    pub cache_slots: Option<usize>,
+    pub alias: Option<String>,
+}
+
+/// Loads `model_arg` into an engine (model, tokenizer, chat template, backend).
+pub fn load_engine(model_arg: &str, threads: usize, o: &EngineOptions) -> CliResult<Engine> {
+    let l = load(model_arg, threads)?;
+    let n_ctx = o
+        .ctx
+        .unwrap_or_else(|| l.model.config.n_ctx_train.min(4096))
+        .max(1);
+    let name = o
+        .alias
+        .clone()
+        .unwrap_or_else(|| default_model_name(model_arg));
+    let source = l
+        .model
+        .file()
+        .get("tokenizer.chat_template")
+        .and_then(|v| v.as_str())
+        .map(str::to_string);
+    let text = TextModel::new(name, l.tokenizer, source.as_deref(), n_ctx)?;
+    let slots = o.cache_slots.unwrap_or_else(|| {
+        // a quarter of the free memory, as llama-server's default keeps a few slots
+        let budget = available_memory().unwrap_or(4 << 30) / 4;
+        ishizuki_engine::prefix_cache::slots_for_budget(&l.model, n_ctx, budget)
+    });
+    let backend: Arc<dyn ishizuki_core::Backend> = Arc::new(l.backend);
+    Ok(Engine::new(Arc::new(text), l.model, backend, slots))
+}
+
+/// A curated name as typed, else the file name without `.gguf`.
+fn default_model_name(model_arg: &str) -> String {
+    let path = std::path::Path::new(model_arg);
+    match path.file_name().and_then(|f| f.to_str()) {
+        Some(f) if path.exists() => f.strip_suffix(".gguf").unwrap_or(f).to_string(),
+        _ => model_arg.to_string(),
+    }
+}
+
+/// `MemAvailable` from /proc/meminfo, in bytes.
+fn available_memory() -> Option<usize> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }

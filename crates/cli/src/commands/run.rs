@@ -1,6 +1,5 @@
-use super::{load, CliResult, Loaded};
-use ishizuki_engine::{GenerateParams, SamplerConfig, Session};
-use ishizuki_text::{ChatMessage, ChatTemplate, StreamDecoder, Tokenizer};
+use super::{load_engine, CliResult, EngineOptions};
+use ishizuki_engine::{Event, Message, Prompt, Request, SamplerConfig, ToolChoice};
 use std::io::Write;
 use std::sync::atomic::AtomicBool;
 
@@ -85,96 +84,88 @@ impl RunArgs {
     }
 }
 
-/// The prompt ids: plain text with BOS per the model, or the chat template's rendering.
-fn prompt_ids(a: &RunArgs, l: &Loaded) -> CliResult<Vec<u32>> {
-    let tok = &l.tokenizer;
-    if !a.chat {
-        return Ok(tok.encode(&a.prompt, true, true));
-    }
-    let source = l
-        .model
-        .file()
-        .get("tokenizer.chat_template")
-        .and_then(|v| v.as_str())
-        .ok_or("this model has no chat template (tokenizer.chat_template); run without --chat")?;
-    let piece = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or("").to_string();
-    let template = ChatTemplate::new(source, &piece(tok.bos_id()), &piece(tok.eos_id()))?;
-    let mut messages = Vec::new();
-    if let Some(s) = &a.system {
-        messages.push(ChatMessage::new("system", s.as_str()));
-    }
-    messages.push(ChatMessage::new("user", a.prompt.as_str()));
-    let rendered = template.render_chat(&messages, true)?;
-    let mut ids = tok.encode(&rendered, false, true);
-    // The template may already start with BOS; add it only where the model wants one and it is absent.
-    if let Some(bos) = tok.bos_id().filter(|_| tok.add_bos()) {
-        if ids.first() != Some(&bos) {
-            ids.insert(0, bos);
+/// The request: the prompt as plain text (BOS per the model), or as a chat turn.
+fn request(a: &RunArgs, sampler: SamplerConfig) -> Request {
+    let prompt = if a.chat {
+        let mut messages = Vec::new();
+        if let Some(s) = &a.system {
+            messages.push(Message::new("system", s.as_str()));
         }
-    }
-    Ok(ids)
+        messages.push(Message::new("user", a.prompt.as_str()));
+        Prompt::Chat {
+            messages,
+            tools: Vec::new(),
+            tool_choice: ToolChoice::None,
+            enable_thinking: None,
+            template_kwargs: None,
+        }
+    } else {
+        Prompt::Text(a.prompt.clone())
+    };
+    let mut r = Request::new(prompt);
+    r.sampler = sampler;
+    // fitted to the context below: `run` generates until it is full rather than refusing
+    r.max_tokens = None;
+    r.parse_tool_calls = false;
+    r
 }
 
 pub fn run(a: RunArgs) -> CliResult {
     let sampler = a.sampler()?;
-    let l = load(&a.model, a.threads)?;
-    let prompt = prompt_ids(&a, &l)?;
-    let n_ctx = a
-        .ctx
-        .unwrap_or_else(|| l.model.config.n_ctx_train.min(4096));
-    let params = GenerateParams {
-        max_tokens: usize::try_from(a.n_predict).ok(),
-        sampler,
-        prefill_chunk: 512,
+    let options = EngineOptions {
+        ctx: a.ctx,
+        cache_slots: Some(1),
+        alias: None,
     };
-    let mut session = Session::new(&l.model, &l.backend, n_ctx);
-    let tok: &Tokenizer = &l.tokenizer;
-    let mut stream = StreamDecoder::continuation(true);
+    let mut engine = load_engine(&a.model, a.threads, &options)?;
+    let mut prepared = engine.text.prepare(request(&a, sampler))?;
+    if let Ok(n) = usize::try_from(a.n_predict) {
+        prepared.max_tokens = prepared.max_tokens.min(n);
+    }
     let mut stdout = std::io::stdout().lock();
-    let json = a.json;
-    let mut on_token = |id: u32| {
-        if !json {
-            let text = stream.push(tok, id);
+    let (json, mut text, mut done, mut failure) = (a.json, String::new(), None, None);
+    let mut sink = |event: Event| match event {
+        Event::Text { text: t, .. } | Event::Reasoning(t) => {
+            text.push_str(&t);
             // A closed stdout (e.g. `| head`) ends generation quietly.
-            return write!(stdout, "{text}")
-                .and_then(|_| stdout.flush())
-                .is_ok();
+            json || write!(stdout, "{t}").and_then(|_| stdout.flush()).is_ok()
         }
-        true
+        Event::Done(d) => {
+            done = Some(d);
+            true
+        }
+        Event::Failed { message, .. } => {
+            failure = Some(message);
+            true
+        }
+        _ => true,
     };
-    let g = session.generate(
-        &prompt,
-        &params,
-        &|id| tok.is_eog(id),
-        &AtomicBool::new(false),
-        &mut on_token,
-    )?;
-    let generated: Vec<u32> = g
-        .tokens
-        .iter()
-        .copied()
-        .filter(|&id| !tok.is_eog(id))
-        .collect();
+    engine.run(&prepared, &AtomicBool::new(false), 0.0, &mut sink);
+    if let Some(message) = failure {
+        return Err(message.into());
+    }
+    let d = done.ok_or("generation ended without a result")?;
+    let rate = |n: usize, secs: f64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
+    let prefill_tps = rate(d.usage.prompt_tokens, d.timings.prefill_secs);
+    let decode_tps = rate(d.tokens.len().saturating_sub(1), d.timings.decode_secs);
     if json {
         let out = serde_json::json!({
-            "text": tok.decode(&generated, true),
-            "tokens": g.tokens,
-            "n_prompt": g.n_prompt,
-            "n_gen": g.tokens.len(),
-            "prefill_tps": g.prefill_tps(),
-            "decode_tps": g.decode_tps(),
+            "text": text,
+            "tokens": d.tokens,
+            "n_prompt": d.usage.prompt_tokens,
+            "n_gen": d.tokens.len(),
+            "prefill_tps": prefill_tps,
+            "decode_tps": decode_tps,
         });
         println!("{out}");
     } else {
-        println!("{}", stream.finish());
+        println!();
     }
     eprintln!(
-        "prompt {} tokens at {:.1} tok/s, generated {} tokens at {:.1} tok/s, stop: {:?}",
-        g.n_prompt,
-        g.prefill_tps(),
-        g.tokens.len(),
-        g.decode_tps(),
-        g.stop
+        "prompt {} tokens at {prefill_tps:.1} tok/s, generated {} tokens at {decode_tps:.1} tok/s, stop: {:?}",
+        d.usage.prompt_tokens,
+        d.tokens.len(),
+        d.finish
     );
     Ok(())
 }

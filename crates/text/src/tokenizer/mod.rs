@@ -350,6 +350,12 @@ fn byte_token_ids(tokens: &[String], types: &[TokenType]) -> [u32; 256] {
     ids
 }
 
+/// A piece of a rendered prompt: a control token of the template's markup, or a byte range to encode.
+enum Piece {
+    Token(u32),
+    Text(std::ops::Range<usize>),
+}
+
 impl Tokenizer {
     /// Token ids for `text`. `add_special` adds BOS/EOS where this vocabulary asks for them;
     /// `parse_special` turns the spelling of a control token (`<|im_start|>`) into that token.
@@ -378,6 +384,110 @@ impl Tokenizer {
             out.extend(self.eos_id);
         }
         out
+    }
+
+    /// Token ids for a rendered prompt whose `plain` byte ranges (sorted, disjoint, on char
+    /// boundaries) hold user text: control-token spelling is parsed only outside them, so message
+    /// text can never inject a control token. Text on both sides of a boundary is encoded as one
+    /// piece, giving the ids `encode(text, false, true)` gives when the user text holds no
+    /// control-token spelling. No BOS/EOS is added.
+    pub fn encode_with_plain_spans(
+        &self,
+        text: &str,
+        plain: &[std::ops::Range<usize>],
+    ) -> Vec<u32> {
+        let mut pieces: Vec<Piece> = Vec::new();
+        let push_text = |pieces: &mut Vec<Piece>, range: std::ops::Range<usize>| {
+            if range.is_empty() {
+                return;
+            }
+            match pieces.last_mut() {
+                Some(Piece::Text(last)) if last.end == range.start => last.end = range.end,
+                _ => pieces.push(Piece::Text(range)),
+            }
+        };
+        let mut at = 0;
+        let markup = plain
+            .iter()
+            .map(|r| (r.start.min(text.len()), r.end.min(text.len())))
+            .chain([(text.len(), text.len())]);
+        for (start, end) in markup {
+            let start = start.max(at);
+            let mut fragments = Vec::new();
+            self.specials.split(&text[at..start], true, &mut fragments);
+            for fragment in fragments {
+                match fragment {
+                    Fragment::Token(id) => pieces.push(Piece::Token(id)),
+                    Fragment::Text(s) => {
+                        let offset = s.as_ptr() as usize - text.as_ptr() as usize;
+                        push_text(&mut pieces, offset..offset + s.len());
+                    }
+                }
+            }
+            push_text(&mut pieces, start..end.max(start));
+            at = end.max(start);
+        }
+        let mut out = Vec::with_capacity(text.len() / 3 + 2);
+        let mut at_start = true;
+        for piece in pieces {
+            match piece {
+                Piece::Token(id) => out.push(id),
+                Piece::Text(range) => {
+                    // user-defined tokens inside user text still match whole, as in `encode`
+                    let mut fragments = Vec::new();
+                    self.specials.split(&text[range], false, &mut fragments);
+                    for fragment in fragments {
+                        match fragment {
+                            Fragment::Token(id) => out.push(id),
+                            Fragment::Text(s) => {
+                                let prefix =
+                                    self.add_space_prefix && at_start && !s.starts_with(' ');
+                                self.encode_plain(s, prefix, &mut out);
+                            }
+                        }
+                        at_start = false;
+                    }
+                }
+            }
+            at_start = false;
+        }
+        out
+    }
+
+    /// Byte ranges of control-token spellings in `text`, as `encode(text, _, true)` matches them.
+    pub fn control_token_ranges(&self, text: &str) -> Vec<std::ops::Range<usize>> {
+        let mut fragments = Vec::new();
+        self.specials.split(text, true, &mut fragments);
+        let mut at = 0;
+        let mut ranges = Vec::new();
+        for f in fragments {
+            match f {
+                Fragment::Text(s) => at = s.as_ptr() as usize - text.as_ptr() as usize + s.len(),
+                Fragment::Token(id) => {
+                    let len = self.token_text(id).map_or(0, str::len);
+                    if self
+                        .token_type(id)
+                        .is_some_and(|t| t != TokenType::UserDefined)
+                    {
+                        ranges.push(at..at + len);
+                    }
+                    at += len;
+                }
+            }
+        }
+        ranges
+    }
+
+    /// Whether `text` contains the spelling of a control (or unknown) token.
+    pub fn spells_control_token(&self, text: &str) -> bool {
+        let mut fragments = Vec::new();
+        self.specials.split(text, true, &mut fragments);
+        fragments.iter().any(|f| match f {
+            Fragment::Token(id) => self
+                .token_type(*id)
+                .is_some_and(|t| t != TokenType::UserDefined),
+            Fragment::Text(_) => false,
+        })
     }
 
     fn encode_plain(&self, text: &str, space_prefix: bool, out: &mut Vec<u32>) {

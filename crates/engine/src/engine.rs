@@ -1,0 +1,375 @@
+//! Running prepared requests on one model: prefix-cache reuse, chunked prefill that stops
+//! within a chunk of a cancellation, decode, and text-level events out.
+use crate::events::{
+    Done, Event, FailureKind, FinishReason, Timings, TokenLogprob, TopLogprob, Usage,
+};
+use crate::output::{OutputProcessor, Piece};
+use crate::prefix_cache::PrefixCache;
+use crate::prompt::{Prepared, TextModel};
+use crate::request::ToolCall;
+use crate::sampler::Sampler;
+use crate::stats::EngineStats;
+use ishizuki_core::Backend;
+use ishizuki_models::{Logits, Model};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Prompt tokens per prefill forward: bounds how long a cancellation waits.
+pub const PREFILL_CHUNK: usize = 512;
+
+pub struct Engine {
+    pub text: Arc<TextModel>,
+    model: Model,
+    backend: Arc<dyn Backend>,
+    cache: PrefixCache,
+    pub stats: Arc<EngineStats>,
+}
+
+/// Where a run ended before it finished normally.
+enum Halt {
+    Cancelled,
+    Fault(String),
+}
+
+impl From<ishizuki_models::ModelError> for Halt {
+    fn from(e: ishizuki_models::ModelError) -> Halt {
+        Halt::Fault(e.to_string())
+    }
+}
+
+impl Engine {
+    pub fn new(
+        text: Arc<TextModel>,
+        model: Model,
+        backend: Arc<dyn Backend>,
+        slots: usize,
+    ) -> Engine {
+        let n_ctx = text.n_ctx;
+        Engine {
+            text,
+            model,
+            backend,
+            cache: PrefixCache::new(slots, n_ctx),
+            stats: Arc::new(EngineStats::default()),
+        }
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// Runs `p`, reporting through `sink` (which returns false once nobody listens). A panic
+    /// inside fails this request only: the caches are reset and the engine stays usable.
+    pub fn run(
+        &mut self,
+        p: &Prepared,
+        cancel: &AtomicBool,
+        queued_secs: f64,
+        sink: &mut dyn FnMut(Event) -> bool,
+    ) {
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.run_inner(p, cancel, queued_secs, sink)
+        }));
+        if let Err(panic) = caught {
+            self.cache.clear();
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            self.stats.errors.fetch_add(1, Ordering::Relaxed);
+            sink(Event::Failed {
+                kind: FailureKind::Internal,
+                message: format!("internal error: {message}"),
+            });
+        }
+    }
+
+    fn run_inner(
+        &mut self,
+        p: &Prepared,
+        cancel: &AtomicBool,
+        queued_secs: f64,
+        sink: &mut dyn FnMut(Event) -> bool,
+    ) {
+        let mut run = Run::new(p, queued_secs);
+        let outcome = run.execute(self, p, cancel, sink);
+        let stats = &self.stats;
+        match outcome {
+            Ok(()) => {}
+            Err(Halt::Cancelled) => {
+                stats.cancelled.fetch_add(1, Ordering::Relaxed);
+                sink(Event::Done(run.done(FinishReason::Cancelled)));
+            }
+            Err(Halt::Fault(message)) => {
+                stats.errors.fetch_add(1, Ordering::Relaxed);
+                sink(Event::Failed {
+                    kind: FailureKind::Internal,
+                    message,
+                });
+            }
+        }
+    }
+}
+
+/// One request's progress: what `Done` reports however the run ends.
+struct Run {
+    usage: Usage,
+    timings: Timings,
+    generated: Vec<u32>,
+}
+
+fn check(sink_ok: bool, cancel: &AtomicBool) -> Result<(), Halt> {
+    if !sink_ok || cancel.load(Ordering::Relaxed) {
+        Err(Halt::Cancelled)
+    } else {
+        Ok(())
+    }
+}
+
+impl Run {
+    fn new(p: &Prepared, queued_secs: f64) -> Self {
+        Run {
+            usage: Usage {
+                prompt_tokens: p.tokens.len(),
+                ..Usage::default()
+            },
+            timings: Timings {
+                queued_secs,
+                ..Timings::default()
+            },
+            generated: Vec::new(),
+        }
+    }
+
+    fn execute(
+        &mut self,
+        engine: &mut Engine,
+        p: &Prepared,
+        cancel: &AtomicBool,
+        sink: &mut dyn FnMut(Event) -> bool,
+    ) -> Result<(), Halt> {
+        let Engine {
+            text,
+            model,
+            backend,
+            cache,
+            stats,
+        } = engine;
+        let be = &**backend;
+        let t0 = Instant::now();
+        let prompt = &p.tokens;
+        let (slot, mut reuse) = cache.acquire(model, prompt);
+        if p.request.prompt_logprobs {
+            reuse = 0;
+            slot.tokens.clear();
+            slot.cache.clear();
+        }
+        stats
+            .prompt_tokens
+            .fetch_add(prompt.len() as u64, Ordering::Relaxed);
+        stats
+            .prefix_queries
+            .fetch_add(prompt.len() as u64, Ordering::Relaxed);
+        stats.prefix_hits.fetch_add(reuse as u64, Ordering::Relaxed);
+        self.usage.cached_tokens = reuse;
+        let started = sink(Event::Started {
+            prompt_tokens: prompt.len(),
+            cached_tokens: reuse,
+        });
+        check(started, cancel)?;
+        let n_vocab = model.config.n_vocab;
+        let want_top = p.request.logprobs;
+        let mut prompt_scores = Vec::new();
+        if p.request.prompt_logprobs {
+            prompt_scores.push(token_logprob(text, prompt[0], None, &[], 0));
+        }
+        let mut logits = Vec::new();
+        let mut at = reuse;
+        while at < prompt.len() {
+            check(true, cancel)?;
+            let end = (at + PREFILL_CHUNK).min(prompt.len());
+            let want = match (p.request.prompt_logprobs, end == prompt.len()) {
+                (true, _) => Logits::All,
+                (false, true) => Logits::Last,
+                (false, false) => Logits::None,
+            };
+            logits = model.forward(be, &prompt[at..end], &mut slot.cache, want)?;
+            slot.tokens.extend_from_slice(&prompt[at..end]);
+            if p.request.prompt_logprobs {
+                for (row, &next) in logits.chunks_exact(n_vocab).zip(&prompt[at + 1..]) {
+                    prompt_scores.push(token_logprob(
+                        text,
+                        next,
+                        Some(row),
+                        row,
+                        want_top.unwrap_or(0),
+                    ));
+                }
+                logits.drain(..logits.len() - n_vocab);
+            }
+            at = end;
+        }
+        self.timings.prefill_secs = t0.elapsed().as_secs_f64();
+        if p.request.prompt_logprobs {
+            check(sink(Event::PromptLogprobs(prompt_scores)), cancel)?;
+        }
+        let mut out = OutputProcessor::new(
+            &text.tokenizer,
+            &p.request.stop,
+            p.parse_reasoning,
+            p.starts_in_reasoning,
+            p.request.parse_tool_calls.then_some(text.tool_syntax),
+        );
+        let mut pieces = Vec::new();
+        out.push_forced(&p.forced_output, &mut pieces);
+        let t1 = Instant::now();
+        let mut sampler = Sampler::new(p.request.sampler.clone());
+        let mut history = prompt.to_vec();
+        let finish = loop {
+            if self.generated.len() >= p.max_tokens {
+                break FinishReason::Length;
+            }
+            let raw = want_top.map(|_| logits.clone());
+            let id = sampler.sample(&mut logits, &history);
+            self.generated.push(id);
+            history.push(id);
+            stats.generation_tokens.fetch_add(1, Ordering::Relaxed);
+            if text.tokenizer.is_eog(id) {
+                break FinishReason::EndOfTurn;
+            }
+            let going = out.push_token(id, &mut pieces);
+            let scores = match (&raw, want_top) {
+                (Some(row), Some(n)) => vec![token_logprob(text, id, Some(row), row, n)],
+                _ => Vec::new(),
+            };
+            check(flush(&mut pieces, sink, scores), cancel)?;
+            if !going {
+                break FinishReason::StopSequence;
+            }
+            if slot.cache.len() >= slot.cache.n_ctx() || self.generated.len() >= p.max_tokens {
+                break FinishReason::Length;
+            }
+            logits = model.forward(be, &[id], &mut slot.cache, Logits::Last)?;
+            slot.tokens.push(id);
+        };
+        self.timings.decode_secs = t1.elapsed().as_secs_f64();
+        out.finish(&mut pieces);
+        let finish = if out.calls_seen() > 0 && finish != FinishReason::Length {
+            FinishReason::ToolCalls
+        } else {
+            finish
+        };
+        flush(&mut pieces, sink, Vec::new());
+        let mut done = self.done(finish);
+        done.stop_sequence = out.stopped_by.clone();
+        sink(Event::Done(done));
+        Ok(())
+    }
+
+    fn done(&mut self, finish: FinishReason) -> Done {
+        self.usage.completion_tokens = self.generated.len();
+        Done {
+            finish,
+            stop_sequence: None,
+            usage: self.usage,
+            timings: self.timings,
+            tokens: std::mem::take(&mut self.generated),
+        }
+    }
+}
+
+/// Sends the pieces gathered so far; `logprobs` ride on the first text event (or an empty one).
+fn flush(
+    pieces: &mut Vec<Piece>,
+    sink: &mut dyn FnMut(Event) -> bool,
+    mut logprobs: Vec<TokenLogprob>,
+) -> bool {
+    let mut ok = true;
+    for piece in pieces.drain(..) {
+        let event = match piece {
+            Piece::Content(text) => Event::Text {
+                text,
+                logprobs: std::mem::take(&mut logprobs),
+            },
+            Piece::Reasoning(text) => Event::Reasoning(text),
+            Piece::Call(c) => Event::ToolCall(ToolCall {
+                id: call_id(),
+                name: c.name,
+                arguments: c.arguments,
+            }),
+        };
+        ok &= sink(event);
+    }
+    if !logprobs.is_empty() {
+        ok &= sink(Event::Text {
+            text: String::new(),
+            logprobs,
+        });
+    }
+    ok
+}
+
+/// A fresh `call_…` id, unique within the process and unlikely to repeat across restarts.
+fn call_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let seed = crate::sampler::seed_from_time();
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let mut rng = crate::sampler::Rng::new(seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    format!("call_{:016x}{:08x}", rng.next_u64(), n as u32)
+}
+
+/// `id` with its log-probability under `row` (None for an unpredicted first token) and the
+/// `top` most likely alternatives from `top_row`.
+fn token_logprob(
+    text: &TextModel,
+    id: u32,
+    row: Option<&[f32]>,
+    top_row: &[f32],
+    top: usize,
+) -> TokenLogprob {
+    let tok = &text.tokenizer;
+    let piece = |id: u32| {
+        let bytes = tok.token_bytes(id).to_vec();
+        (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+    };
+    let (text_of, bytes) = piece(id);
+    let log_norm = row.map(log_sum_exp);
+    let logprob = row
+        .zip(log_norm)
+        .map(|(r, z)| r.get(id as usize).map_or(f32::NEG_INFINITY, |l| l - z));
+    let mut alternatives = Vec::new();
+    if top > 0 && !top_row.is_empty() {
+        let z = log_sum_exp(top_row);
+        let mut idx: Vec<u32> = (0..top_row.len() as u32).collect();
+        let k = top.min(idx.len());
+        idx.select_nth_unstable_by(k - 1, |&a, &b| {
+            top_row[b as usize].total_cmp(&top_row[a as usize])
+        });
+        idx.truncate(k);
+        idx.sort_by(|&a, &b| top_row[b as usize].total_cmp(&top_row[a as usize]));
+        for t in idx {
+            let (text, bytes) = piece(t);
+            alternatives.push(TopLogprob {
+                id: t,
+                text,
+                bytes,
+                logprob: top_row[t as usize] - z,
+            });
+        }
+    }
+    TokenLogprob {
+        id,
+        text: text_of,
+        bytes,
+        logprob,
+        top: alternatives,
+    }
+}
+
+fn log_sum_exp(row: &[f32]) -> f32 {
+    let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+    let sum: f64 = row.iter().map(|&x| ((x - max) as f64).exp()).sum();
+    max + sum.ln() as f32
+}
