@@ -1,4 +1,4 @@
-//! `ishizuki`: run, bench, perplexity, tokenize, inspect, pull. Generated text goes to stdout,
+//! `ishizuki`: run, serve, bench, perplexity, tokenize, inspect, pull. Generated text goes to stdout,
 //! everything else to stderr.
 mod commands;
 
@@ -20,6 +20,8 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt.
     Run(commands::run::RunArgs),
+    /// Serve the OpenAI and Anthropic HTTP APIs.
+    Serve(commands::serve::ServeArgs),
     /// Perplexity of a text file over non-overlapping windows.
     Perplexity(commands::perplexity::PerplexityArgs),
     /// Print the token ids of a text.
@@ -36,6 +38,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(a) => commands::run::run(a),
+        Command::Serve(a) => commands::serve::run(a),
         Command::Perplexity(a) => commands::perplexity::run(a),
         Command::Tokenize(a) => commands::tokenize::run(a),
         Command::Inspect(a) => commands::inspect::run(a),

@@ -189,7 +189,11 @@ impl Run {
         let mut at = reuse;
         while at < prompt.len() {
             check(true, cancel)?;
-            let end = (at + PREFILL_CHUNK).min(prompt.len());
+            let mut end = (at + PREFILL_CHUNK).min(prompt.len());
+            if prompt.len() - end == 1 {
+                // no one-row forward in a prefill (see `PrefixCache::acquire`)
+                end -= 1;
+            }
             let want = match (p.request.prompt_logprobs, end == prompt.len()) {
                 (true, _) => Logits::All,
                 (false, true) => Logits::Last,

@@ -5,6 +5,7 @@ pub mod perplexity;
 mod profile;
 pub mod pull;
 pub mod run;
+pub mod serve;
 pub mod tokenize;
 
 use ishizuki::fetch::resolve_model;
