@@ -108,6 +108,13 @@ pub struct AttnParams {
 pub trait Backend: Send + Sync {
     fn name(&self) -> String;
 
+    /// The fewest rows from which a forward gives each row bit-identical results however the
+    /// rows are grouped (smaller forwards may take other kernels). The engine runs no prefill
+    /// forward smaller than this, so a cached prompt answers exactly as an uncached one.
+    fn batch_invariant_rows(&self) -> usize {
+        1
+    }
+
     /// A copy of `w` in this backend's preferred layout, if it has one for `w`'s type; made once
     /// at load, handed back in `WeightView::packed` to every op that takes `w`. The backend
     /// hands `consumed` each part of `w.data` it has finished reading, so that the caller can

@@ -71,6 +71,12 @@ impl Backend for CpuBackend {
         format!("cpu {} x{}", simd::tier().name(), self.n_threads())
     }
 
+    /// From `gemm::MIN_ROWS` rows on every quantized matmul takes the GEMM or the packed kernel,
+    /// which agree row for row; fewer rows may take the per-row paths, which round differently.
+    fn batch_invariant_rows(&self) -> usize {
+        gemm::MIN_ROWS
+    }
+
     fn pack(&self, w: &WeightView, consumed: &mut dyn FnMut(&[u8])) -> Option<PackedWeight> {
         // the exact backend multiplies the file's layout in f32
         if self.exact {

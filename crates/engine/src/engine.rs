@@ -4,13 +4,14 @@ use crate::events::{
     Done, Event, FailureKind, FinishReason, Timings, TokenLogprob, TopLogprob, Usage,
 };
 use crate::output::{OutputProcessor, Piece};
-use crate::prefix_cache::PrefixCache;
+use crate::prefix_cache::{PrefixCache, Slot};
 use crate::prompt::{Prepared, TextModel};
 use crate::request::ToolCall;
 use crate::sampler::Sampler;
 use crate::stats::EngineStats;
 use ishizuki_core::Backend;
 use ishizuki_models::{Logits, Model};
+use llguidance::Matcher;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -157,21 +158,18 @@ impl Run {
             cache,
             stats,
         } = engine;
-        let be = &**backend;
         let t0 = Instant::now();
         let prompt = &p.tokens;
-        let (slot, mut reuse) = cache.acquire(model, prompt);
+        let min_rows = backend.batch_invariant_rows();
+        let (slot, mut reuse) = cache.acquire(model, prompt, min_rows);
         if p.request.prompt_logprobs {
             reuse = 0;
             slot.tokens.clear();
             slot.cache.clear();
         }
-        stats
-            .prompt_tokens
-            .fetch_add(prompt.len() as u64, Ordering::Relaxed);
-        stats
-            .prefix_queries
-            .fetch_add(prompt.len() as u64, Ordering::Relaxed);
+        let n = prompt.len() as u64;
+        stats.prompt_tokens.fetch_add(n, Ordering::Relaxed);
+        stats.prefix_queries.fetch_add(n, Ordering::Relaxed);
         stats.prefix_hits.fetch_add(reuse as u64, Ordering::Relaxed);
         self.usage.cached_tokens = reuse;
         let started = sink(Event::Started {
@@ -179,95 +177,32 @@ impl Run {
             cached_tokens: reuse,
         });
         check(started, cancel)?;
-        let n_vocab = model.config.n_vocab;
-        let want_top = p.request.logprobs;
-        let mut prompt_scores = Vec::new();
-        if p.request.prompt_logprobs {
-            prompt_scores.push(token_logprob(text, prompt[0], None, &[], 0));
-        }
-        let mut logits = Vec::new();
-        let mut at = reuse;
-        while at < prompt.len() {
-            check(true, cancel)?;
-            let mut end = (at + PREFILL_CHUNK).min(prompt.len());
-            if prompt.len() - end == 1 {
-                // no one-row forward in a prefill (see `PrefixCache::acquire`)
-                end -= 1;
-            }
-            let want = match (p.request.prompt_logprobs, end == prompt.len()) {
-                (true, _) => Logits::All,
-                (false, true) => Logits::Last,
-                (false, false) => Logits::None,
-            };
-            logits = model.forward(be, &prompt[at..end], &mut slot.cache, want)?;
-            slot.tokens.extend_from_slice(&prompt[at..end]);
-            if p.request.prompt_logprobs {
-                for (row, &next) in logits.chunks_exact(n_vocab).zip(&prompt[at + 1..]) {
-                    prompt_scores.push(token_logprob(
-                        text,
-                        next,
-                        Some(row),
-                        row,
-                        want_top.unwrap_or(0),
-                    ));
-                }
-                logits.drain(..logits.len() - n_vocab);
-            }
-            at = end;
-        }
+        let step = Step {
+            text,
+            model,
+            be: &**backend,
+            stats,
+            p,
+            cancel,
+        };
+        let mut matcher = p.constraint.clone().map(|c| c.0);
+        // the first token's mask is computed while the prompt runs
+        let (logits, mask) = std::thread::scope(|s| {
+            let job = matcher
+                .as_mut()
+                .map(|m| s.spawn(move || m.compute_mask_or_eos()));
+            let logits = step.prefill(slot, reuse, sink);
+            (logits, job.map(|j| j.join()))
+        });
+        let logits = logits?;
+        let mask = mask.map(joined).transpose()?;
         self.timings.prefill_secs = t0.elapsed().as_secs_f64();
-        if p.request.prompt_logprobs {
-            check(sink(Event::PromptLogprobs(prompt_scores)), cancel)?;
-        }
-        let mut out = OutputProcessor::new(
-            &text.tokenizer,
-            &p.request.stop,
-            p.parse_reasoning,
-            p.starts_in_reasoning,
-            p.request.parse_tool_calls.then_some(text.tool_syntax),
-        );
-        let mut pieces = Vec::new();
-        out.push_forced(&p.forced_output, &mut pieces);
         let t1 = Instant::now();
-        let mut sampler = Sampler::new(p.request.sampler.clone());
-        let mut history = prompt.to_vec();
-        let finish = loop {
-            if self.generated.len() >= p.max_tokens {
-                break FinishReason::Length;
-            }
-            let raw = want_top.map(|_| logits.clone());
-            let id = sampler.sample(&mut logits, &history);
-            self.generated.push(id);
-            history.push(id);
-            stats.generation_tokens.fetch_add(1, Ordering::Relaxed);
-            if text.tokenizer.is_eog(id) {
-                break FinishReason::EndOfTurn;
-            }
-            let going = out.push_token(id, &mut pieces);
-            let scores = match (&raw, want_top) {
-                (Some(row), Some(n)) => vec![token_logprob(text, id, Some(row), row, n)],
-                _ => Vec::new(),
-            };
-            check(flush(&mut pieces, sink, scores), cancel)?;
-            if !going {
-                break FinishReason::StopSequence;
-            }
-            if slot.cache.len() >= slot.cache.n_ctx() || self.generated.len() >= p.max_tokens {
-                break FinishReason::Length;
-            }
-            logits = model.forward(be, &[id], &mut slot.cache, Logits::Last)?;
-            slot.tokens.push(id);
-        };
+        let decoded = step.decode(slot, logits, matcher, mask, &mut self.generated, sink);
         self.timings.decode_secs = t1.elapsed().as_secs_f64();
-        out.finish(&mut pieces);
-        let finish = if out.calls_seen() > 0 && finish != FinishReason::Length {
-            FinishReason::ToolCalls
-        } else {
-            finish
-        };
-        flush(&mut pieces, sink, Vec::new());
+        let (finish, stop_sequence) = decoded?;
         let mut done = self.done(finish);
-        done.stop_sequence = out.stopped_by.clone();
+        done.stop_sequence = stop_sequence;
         sink(Event::Done(done));
         Ok(())
     }
@@ -280,6 +215,176 @@ impl Run {
             usage: self.usage,
             timings: self.timings,
             tokens: std::mem::take(&mut self.generated),
+        }
+    }
+}
+
+/// What one request's forwards need, borrowed from the engine.
+struct Step<'a> {
+    text: &'a TextModel,
+    model: &'a Model,
+    be: &'a dyn Backend,
+    stats: &'a EngineStats,
+    p: &'a Prepared,
+    cancel: &'a AtomicBool,
+}
+
+type Mask = toktrie::SimpleVob;
+
+/// A mask from the thread that computed it; a constraint error fails the request.
+fn joined<E: std::fmt::Display>(r: std::thread::Result<Result<Mask, E>>) -> Result<Mask, Halt> {
+    match r {
+        Ok(Ok(mask)) => Ok(mask),
+        Ok(Err(e)) => Err(Halt::Fault(format!("constraint error: {e}"))),
+        Err(_) => Err(Halt::Fault("the constraint panicked".into())),
+    }
+}
+
+impl Step<'_> {
+    /// Runs the prompt after the reused prefix in chunks; the last row's logits. No forward has
+    /// fewer than `batch_invariant_rows` rows unless the prompt is that short (see
+    /// `PrefixCache::acquire`).
+    fn prefill(
+        &self,
+        slot: &mut Slot,
+        reuse: usize,
+        sink: &mut dyn FnMut(Event) -> bool,
+    ) -> Result<Vec<f32>, Halt> {
+        let (p, prompt) = (self.p, &self.p.tokens);
+        let n_vocab = self.model.config.n_vocab;
+        let scoring = p.request.prompt_logprobs;
+        let top = p.request.logprobs.unwrap_or(0);
+        let mut scores = Vec::new();
+        if scoring {
+            scores.push(token_logprob(self.text, prompt[0], None, &[], 0));
+        }
+        let mut logits = Vec::new();
+        let mut at = reuse;
+        while at < prompt.len() {
+            check(true, self.cancel)?;
+            let mut end = (at + PREFILL_CHUNK).min(prompt.len());
+            let min_rows = self.be.batch_invariant_rows();
+            if (1..min_rows).contains(&(prompt.len() - end)) {
+                // the last forward gets `min_rows` rows too (a chunk is far longer than that)
+                end = prompt.len() - min_rows;
+            }
+            let want = match (scoring, end == prompt.len()) {
+                (true, _) => Logits::All,
+                (false, true) => Logits::Last,
+                (false, false) => Logits::None,
+            };
+            logits = self
+                .model
+                .forward(self.be, &prompt[at..end], &mut slot.cache, want)?;
+            slot.tokens.extend_from_slice(&prompt[at..end]);
+            if scoring {
+                for (row, &next) in logits.chunks_exact(n_vocab).zip(&prompt[at + 1..]) {
+                    scores.push(token_logprob(self.text, next, Some(row), row, top));
+                }
+                logits.drain(..logits.len() - n_vocab);
+            }
+            at = end;
+        }
+        if scoring {
+            check(sink(Event::PromptLogprobs(scores)), self.cancel)?;
+        }
+        Ok(logits)
+    }
+
+    /// Samples until a stop; each next mask is computed while the forward runs.
+    fn decode(
+        &self,
+        slot: &mut Slot,
+        mut logits: Vec<f32>,
+        mut matcher: Option<Matcher>,
+        mut mask: Option<Mask>,
+        generated: &mut Vec<u32>,
+        sink: &mut dyn FnMut(Event) -> bool,
+    ) -> Result<(FinishReason, Option<String>), Halt> {
+        let (p, text) = (self.p, self.text);
+        let mut out = OutputProcessor::new(
+            &text.tokenizer,
+            &p.request.stop,
+            p.parse_reasoning,
+            p.starts_in_reasoning,
+            p.request
+                .parse_tool_calls
+                .then(|| (text.tool_syntax, tool_names(&p.request))),
+        );
+        let mut pieces = Vec::new();
+        let mut sampler = Sampler::new(p.request.sampler.clone());
+        let mut history = p.tokens.clone();
+        let want_top = p.request.logprobs;
+        let finish = loop {
+            if generated.len() >= p.max_tokens {
+                break FinishReason::Length;
+            }
+            let raw = want_top.map(|_| logits.clone());
+            if let Some(m) = mask.as_ref().filter(|_| !out.in_reasoning()) {
+                apply_mask(&mut logits, m);
+            }
+            let id = sampler.sample(&mut logits, &history);
+            generated.push(id);
+            history.push(id);
+            self.stats.generation_tokens.fetch_add(1, Ordering::Relaxed);
+            if text.tokenizer.is_eog(id) {
+                break FinishReason::EndOfTurn;
+            }
+            let constrained = mask.is_some() && !out.in_reasoning();
+            if let (true, Some(m)) = (constrained, matcher.as_mut()) {
+                m.consume_token(id)
+                    .map_err(|e| Halt::Fault(format!("constraint error: {e}")))?;
+            }
+            let going = out.push_token(id, &mut pieces);
+            let scores = match (&raw, want_top) {
+                (Some(row), Some(n)) => vec![token_logprob(text, id, Some(row), row, n)],
+                _ => Vec::new(),
+            };
+            check(flush(&mut pieces, sink, scores), self.cancel)?;
+            if !going {
+                break FinishReason::StopSequence;
+            }
+            if slot.cache.len() >= slot.cache.n_ctx() || generated.len() >= p.max_tokens {
+                break FinishReason::Length;
+            }
+            let (next, next_mask) = std::thread::scope(|s| {
+                let job = matcher
+                    .as_mut()
+                    .map(|m| s.spawn(move || m.compute_mask_or_eos()));
+                let next = self
+                    .model
+                    .forward(self.be, &[id], &mut slot.cache, Logits::Last);
+                (next, job.map(|j| j.join()))
+            });
+            logits = next?;
+            mask = next_mask.map(joined).transpose()?;
+            slot.tokens.push(id);
+        };
+        out.finish(&mut pieces);
+        let finish = if out.calls_seen() > 0 && finish != FinishReason::Length {
+            FinishReason::ToolCalls
+        } else {
+            finish
+        };
+        flush(&mut pieces, sink, Vec::new());
+        Ok((finish, out.stopped_by.clone()))
+    }
+}
+
+fn tool_names(r: &crate::request::Request) -> Vec<String> {
+    match &r.prompt {
+        crate::request::Prompt::Chat { tools, .. } => {
+            tools.iter().map(|t| t.name.clone()).collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Tokens the constraint does not allow get no probability.
+fn apply_mask(logits: &mut [f32], mask: &Mask) {
+    for (id, l) in logits.iter_mut().enumerate() {
+        if !mask.is_allowed(id as u32) {
+            *l = f32::NEG_INFINITY;
         }
     }
 }

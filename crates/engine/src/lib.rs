@@ -1,5 +1,6 @@
 //! The engine: generation at the text level shared by every front (requests in, events out),
 //! sampling, perplexity.
+pub mod constraint;
 pub mod engine;
 pub mod events;
 pub mod generate;

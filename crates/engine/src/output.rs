@@ -47,7 +47,7 @@ impl<'a> OutputProcessor<'a> {
         stops: &[String],
         parse_reasoning: bool,
         starts_in_reasoning: bool,
-        tools: Option<ToolSyntax>,
+        tools: Option<(ToolSyntax, Vec<String>)>,
     ) -> Self {
         let phase = match (parse_reasoning, starts_in_reasoning) {
             (true, true) => Phase::Reasoning,
@@ -61,14 +61,14 @@ impl<'a> OutputProcessor<'a> {
             phase,
             parse_reasoning,
             held: String::new(),
-            tools: tools.map(ToolCallStream::new),
+            tools: tools.map(|(syntax, names)| ToolCallStream::new(syntax).with_known_tools(names)),
             stopped_by: None,
         }
     }
 
-    /// Text the prompt already wrote into the answer (a forced tool-call opening).
-    pub fn push_forced(&mut self, text: &str, out: &mut Vec<Piece>) {
-        self.route(text, out);
+    /// Whether the output is inside a reasoning block (constraints wait for its end).
+    pub fn in_reasoning(&self) -> bool {
+        self.phase == Phase::Reasoning
     }
 
     /// Feeds one generated id; returns false once a stop string has matched.

@@ -3,9 +3,6 @@
 //! else the least recently used one.
 use ishizuki_models::{KvCache, Model};
 
-/// Prompt tokens every request runs itself (see [`PrefixCache::acquire`]).
-pub const MIN_PREFILL_ROWS: usize = 2;
-
 pub struct Slot {
     pub cache: KvCache,
     /// The tokens whose KV the cache holds, position by position (always `cache.len()` long).
@@ -35,13 +32,17 @@ impl PrefixCache {
     }
 
     /// A slot for `prompt` with its cache cut back to the reusable prefix, and that prefix's
-    /// length. At least the last two prompt tokens are always left to run: a forward of two or
-    /// more rows gives bit-identical results however the prompt is split, while a one-row forward
-    /// (the decode path) differs in the last bits, so a cached prompt then answers exactly as an
-    /// uncached one.
-    pub fn acquire(&mut self, model: &Model, prompt: &[u32]) -> (&mut Slot, usize) {
+    /// length. At least `min_rows` prompt tokens are always left to run: with the prefill's
+    /// forwards never smaller either, a cached prompt answers exactly as an uncached one
+    /// (`Backend::batch_invariant_rows`).
+    pub fn acquire(
+        &mut self,
+        model: &Model,
+        prompt: &[u32],
+        min_rows: usize,
+    ) -> (&mut Slot, usize) {
         self.clock += 1;
-        let limit = prompt.len().saturating_sub(MIN_PREFILL_ROWS);
+        let limit = prompt.len().saturating_sub(min_rows.max(1));
         let best = self
             .slots
             .iter()

@@ -1,16 +1,21 @@
 //! The text side of a loaded model: tokenizer, chat template and tool-call syntax. Turns a
 //! [`Request`] into prompt ids, with only the template's own markup parsed for control tokens.
+use crate::constraint::{grammar_of, tool_call_grammar, Grammars};
 use crate::request::{InvalidRequest, Message, Prompt, Request, Tool, ToolChoice};
 use ishizuki_text::prompt::plain_spans;
 use ishizuki_text::tools::hermes_tool_prompt;
 use ishizuki_text::{ChatTemplate, TemplateError, Tokenizer, ToolSyntax};
+use llguidance::Matcher;
 use serde_json::{json, Map, Value};
+use std::sync::{Arc, OnceLock};
 
 pub struct TextModel {
     /// The name clients use (`--alias`, else the file stem).
     pub name: String,
-    pub tokenizer: Tokenizer,
+    pub tokenizer: Arc<Tokenizer>,
     pub template: Option<ChatTemplate>,
+    /// Built on the first constrained request.
+    grammars: OnceLock<Result<Grammars, String>>,
     pub tool_syntax: ToolSyntax,
     /// Whether the template renders `tools` / `tool_calls` itself.
     renders_tools: bool,
@@ -20,15 +25,30 @@ pub struct TextModel {
     pub n_ctx: usize,
 }
 
+/// A compiled constraint, at its start state.
+pub struct Compiled(pub Matcher);
+
+impl Clone for Compiled {
+    fn clone(&self) -> Compiled {
+        Compiled(self.0.deep_clone())
+    }
+}
+
+impl std::fmt::Debug for Compiled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Compiled(..)")
+    }
+}
+
 /// A request with its prompt tokenized and its limits resolved.
 #[derive(Clone, Debug)]
 pub struct Prepared {
+    /// The output constraint (a schema, a grammar, or a required tool call).
+    pub constraint: Option<Compiled>,
     pub request: Request,
     pub tokens: Vec<u32>,
     /// Tokens to generate at most (fits the context).
     pub max_tokens: usize,
-    /// Output the prompt already holds (a forced tool-call opening), parsed as if generated.
-    pub forced_output: String,
     /// The generation prompt opens a reasoning block.
     pub starts_in_reasoning: bool,
     /// Output is split into reasoning and content at `<think>` / `</think>`.
@@ -62,7 +82,8 @@ impl TextModel {
             renders_tool_calls: source.contains("tool_calls"),
             thinks: source.contains("<think>"),
             template,
-            tokenizer,
+            tokenizer: Arc::new(tokenizer),
+            grammars: OnceLock::new(),
             n_ctx,
         })
     }
@@ -71,9 +92,9 @@ impl TextModel {
     pub fn prepare(&self, request: Request) -> Result<Prepared, InvalidRequest> {
         request.validate()?;
         let mut prepared = Prepared {
+            constraint: None,
             tokens: Vec::new(),
             max_tokens: 0,
-            forced_output: String::new(),
             starts_in_reasoning: false,
             parse_reasoning: false,
             request,
@@ -102,7 +123,43 @@ impl TextModel {
             return Err(e);
         }
         prepared.max_tokens = wanted;
+        if prepared.constraint.is_none() {
+            if let Some(c) = &prepared.request.constraint {
+                let param = match c {
+                    crate::request::Constraint::Lark(_) | crate::request::Constraint::Regex(_) => {
+                        "grammar"
+                    }
+                    _ => "response_format",
+                };
+                prepared.constraint =
+                    Some(Compiled(self.grammars()?.matcher(grammar_of(c), param)?));
+            }
+        }
         Ok(prepared)
+    }
+
+    fn grammars(&self) -> Result<&Grammars, InvalidRequest> {
+        self.grammars
+            .get_or_init(|| Grammars::new(self.tokenizer.clone()))
+            .as_ref()
+            .map_err(|e| {
+                InvalidRequest::new(
+                    "",
+                    format!("constrained decoding is unavailable for this model: {e}"),
+                )
+            })
+    }
+
+    /// The grammar that makes a required call (to `name`, if given) valid by construction.
+    fn tool_constraint(
+        &self,
+        tools: &[Tool],
+        name: Option<&str>,
+        parallel: bool,
+    ) -> Result<Compiled, InvalidRequest> {
+        let marker = self.tokenizer.token_to_id("[TOOL_CALLS]");
+        let grammar = tool_call_grammar(self.tool_syntax, tools, name, parallel, marker);
+        Ok(Compiled(self.grammars()?.matcher(grammar, "tools")?))
     }
 
     fn check_ids(&self, ids: &[u32]) -> Result<Vec<u32>, InvalidRequest> {
@@ -158,7 +215,7 @@ impl TextModel {
         if let Some(on) = enable_thinking {
             extra.insert("enable_thinking".into(), (*on).into());
         }
-        let mut rendered = template
+        let rendered = template
             .render(&rendered_messages, true, Some(&Value::Object(extra)))
             .map_err(template_error)?;
         p.starts_in_reasoning = self.thinks && rendered.trim_end().ends_with("<think>");
@@ -169,8 +226,8 @@ impl TextModel {
             _ => None,
         };
         if let Some(name) = forced {
-            p.forced_output = self.tool_syntax.forced_prefix(name);
-            rendered.push_str(&p.forced_output);
+            p.constraint =
+                Some(self.tool_constraint(tools, name, p.request.parallel_tool_calls)?);
         }
         let texts = user_texts(messages, &tool_defs);
         let spans = plain_spans(&self.tokenizer, &rendered, &texts)

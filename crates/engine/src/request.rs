@@ -107,6 +107,8 @@ pub struct Request {
     pub constraint: Option<Constraint>,
     /// Whether the output is parsed for tool calls (chat-shaped APIs with tools).
     pub parse_tool_calls: bool,
+    /// Whether a required call may be several calls.
+    pub parallel_tool_calls: bool,
 }
 
 impl Request {
@@ -120,6 +122,7 @@ impl Request {
             prompt_logprobs: false,
             constraint: None,
             parse_tool_calls: true,
+            parallel_tool_calls: true,
         }
     }
 }

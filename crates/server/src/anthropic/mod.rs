@@ -253,6 +253,12 @@ impl MessagesRequest {
         };
         r.stop = self.stop_sequences.unwrap_or_default();
         r.parse_tool_calls = has_tools;
+        r.parallel_tool_calls = !self
+            .tool_choice
+            .as_ref()
+            .and_then(|c| c.get("disable_parallel_tool_use"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
         Ok(r)
     }
 }

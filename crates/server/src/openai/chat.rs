@@ -179,7 +179,7 @@ impl ChatRequest {
             self.regex.as_deref(),
         )?;
         r.parse_tool_calls = has_tools;
-        let _ = self.parallel_tool_calls;
+        r.parallel_tool_calls = self.parallel_tool_calls.unwrap_or(true);
         Ok((r, self.stream_options.is_some_and(|o| o.include_usage)))
     }
 }

@@ -238,6 +238,7 @@ impl ResponsesRequest {
         r.max_tokens = token_limit("max_output_tokens", self.max_output_tokens)?;
         r.constraint = constraint(self.text.as_ref().and_then(|t| t.get("format")), None, None)?;
         r.parse_tool_calls = has_tools;
+        r.parallel_tool_calls = self.parallel_tool_calls.unwrap_or(true);
         Ok(r)
     }
 }

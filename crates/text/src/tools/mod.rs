@@ -37,26 +37,6 @@ impl ToolSyntax {
         }
     }
 
-    /// Text that starts a call, written into the prompt after the generation prompt when a call
-    /// is required, so the model continues inside a call (to `name` when given).
-    pub fn forced_prefix(self, name: Option<&str>) -> String {
-        let quoted = |n: &str| serde_json::to_string(n).unwrap_or_default();
-        match (self, name) {
-            (ToolSyntax::Hermes, Some(n)) => {
-                format!("{HERMES_OPEN}\n{{\"name\": {}, \"arguments\": ", quoted(n))
-            }
-            (ToolSyntax::Hermes, None) => format!("{HERMES_OPEN}\n{{\"name\": \""),
-            (ToolSyntax::Llama3Json, Some(n)) => {
-                format!("{{\"name\": {}, \"parameters\": ", quoted(n))
-            }
-            (ToolSyntax::Llama3Json, None) => "{\"name\": \"".to_string(),
-            (ToolSyntax::Mistral, Some(n)) => {
-                format!("{MISTRAL_MARK}[{{\"name\": {}, \"arguments\": ", quoted(n))
-            }
-            (ToolSyntax::Mistral, None) => format!("{MISTRAL_MARK}[{{\"name\": \""),
-        }
-    }
-
     /// How an assistant's earlier call is written back into a prompt for templates that do not
     /// render `tool_calls` themselves.
     pub fn format_call(self, name: &str, arguments: &Value) -> String {
@@ -180,16 +160,31 @@ pub enum ToolOutput {
     Call(ParsedCall),
 }
 
+/// What the stream is capturing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Capture {
+    None,
+    /// After an opening marker (`<tool_call>`, `[TOOL_CALLS]`).
+    Marked,
+    /// A reply that opened with bare JSON (or ```json): calls if it all parses as calls.
+    WholeReply,
+}
+
+/// How a whole-reply call may open.
+const FENCE: &str = "```json";
+
 /// Splits streamed model text into content and tool calls.
 #[derive(Clone, Debug)]
 pub struct ToolCallStream {
     syntax: ToolSyntax,
     /// Text not yet decided: a possible prefix of an opening marker, or a call being captured.
     held: String,
-    capturing: bool,
-    /// Whether any non-whitespace content has been seen (Llama 3 calls are whole replies).
+    capture: Capture,
+    /// Whether any non-whitespace content has been seen (bare calls are whole replies).
     started: bool,
     calls_seen: usize,
+    /// Tool names a bare-JSON reply must call to count as calls; empty = any.
+    known: Vec<String>,
 }
 
 impl ToolCallStream {
@@ -197,26 +192,43 @@ impl ToolCallStream {
         ToolCallStream {
             syntax,
             held: String::new(),
-            capturing: false,
+            capture: Capture::None,
             started: false,
             calls_seen: 0,
+            known: Vec::new(),
         }
+    }
+
+    /// Small models often answer a tool request with a bare (or fenced) JSON call instead of
+    /// their family's markup; such a reply counts as calls only when it names these tools.
+    pub fn with_known_tools(mut self, names: Vec<String>) -> ToolCallStream {
+        self.known = names;
+        self
     }
 
     pub fn push(&mut self, text: &str, out: &mut Vec<ToolOutput>) {
         self.held.push_str(text);
         loop {
-            if self.capturing {
-                if !self.try_close(out) {
+            match self.capture {
+                Capture::WholeReply => return,
+                Capture::Marked => {
+                    if self.try_close(out) {
+                        continue;
+                    }
                     return;
                 }
-                continue;
+                Capture::None => {}
+            }
+            if let Some(at) = self.whole_reply_at() {
+                self.held.drain(..at);
+                self.capture = Capture::WholeReply;
+                return;
             }
             match self.open_marker_at() {
                 Some((at, len)) => {
                     self.emit_content(at, out);
                     self.held.drain(..len);
-                    self.capturing = true;
+                    self.capture = Capture::Marked;
                 }
                 None => {
                     let keep = self.partial_open_len();
@@ -230,19 +242,27 @@ impl ToolCallStream {
 
     /// End of generation: an unterminated call that parses is still a call; otherwise its text.
     pub fn finish(&mut self, out: &mut Vec<ToolOutput>) {
-        if self.capturing {
-            let span = std::mem::take(&mut self.held);
-            match parse_span(self.syntax, &span) {
-                Some(calls) => {
-                    self.calls_seen += calls.len();
-                    out.extend(calls.into_iter().map(ToolOutput::Call));
-                }
-                None => out.push(ToolOutput::Content(format!("{}{span}", self.marker()))),
+        let span = std::mem::take(&mut self.held);
+        let (parsed, raw) = match self.capture {
+            Capture::Marked => (
+                parse_span(self.syntax, &span),
+                format!("{}{span}", self.marker()),
+            ),
+            Capture::WholeReply => (self.parse_whole_reply(&span), span),
+            Capture::None => {
+                self.held = span;
+                let len = self.held.len();
+                self.emit_content(len, out);
+                return;
             }
-            self.capturing = false;
-        } else {
-            let len = self.held.len();
-            self.emit_content(len, out);
+        };
+        self.capture = Capture::None;
+        match parsed {
+            Some(calls) => {
+                self.calls_seen += calls.len();
+                out.extend(calls.into_iter().map(ToolOutput::Call));
+            }
+            None => out.push(ToolOutput::Content(raw)),
         }
     }
 
@@ -258,38 +278,56 @@ impl ToolCallStream {
         }
     }
 
-    /// Where a call starts in `held` and the marker's length.
+    /// Calls in a whole reply: JSON after an optional python tag or ```json fence, naming
+    /// known tools.
+    fn parse_whole_reply(&self, span: &str) -> Option<Vec<ParsedCall>> {
+        let body = span.trim();
+        let body = body.strip_prefix(PYTHON_TAG).unwrap_or(body);
+        let body = match body.strip_prefix(FENCE) {
+            Some(rest) => rest.trim_end().strip_suffix("```")?,
+            None => body,
+        };
+        let calls = calls_from_values(json_sequence(body)?)?;
+        let known = |c: &ParsedCall| self.known.is_empty() || self.known.contains(&c.name);
+        calls.iter().all(known).then_some(calls)
+    }
+
+    /// Where a whole-reply call starts: the reply's first text is `{`, the python tag or a
+    /// ```json fence.
+    fn whole_reply_at(&self) -> Option<usize> {
+        if self.started {
+            return None;
+        }
+        let at = self.held.len() - self.held.trim_start().len();
+        let rest = &self.held[at..];
+        let opens =
+            rest.starts_with('{') || rest.starts_with(PYTHON_TAG) || rest.starts_with(FENCE);
+        opens.then_some(at)
+    }
+
+    /// Where a marked call starts in `held` and the marker's length.
     fn open_marker_at(&self) -> Option<(usize, usize)> {
         match self.syntax {
             ToolSyntax::Hermes | ToolSyntax::Mistral => {
                 let m = self.marker();
                 self.held.find(m).map(|at| (at, m.len()))
             }
-            // a call only as the whole reply: the first non-space text opens one
-            ToolSyntax::Llama3Json if !self.started => {
-                let at = self.held.len() - self.held.trim_start().len();
-                let rest = &self.held[at..];
-                (rest.starts_with('{') || rest.starts_with(PYTHON_TAG)).then_some((at, 0))
-            }
             ToolSyntax::Llama3Json => None,
         }
     }
 
-    /// Bytes at the end of `held` that may still become an opening marker.
+    /// Bytes at the end of `held` that may still open a call.
     fn partial_open_len(&self) -> usize {
-        let m = match self.syntax {
-            ToolSyntax::Llama3Json if !self.started => {
-                let trimmed = self.held.trim_start();
-                return if trimmed.is_empty() || PYTHON_TAG.starts_with(trimmed) {
-                    self.held.len()
-                } else {
-                    0
-                };
-            }
-            ToolSyntax::Llama3Json => return 0,
-            _ => self.marker(),
-        };
-        crate::stops::partial_suffix_len(&self.held, m)
+        let trimmed = self.held.trim_start();
+        if !self.started
+            && (trimmed.is_empty() || PYTHON_TAG.starts_with(trimmed) || FENCE.starts_with(trimmed))
+        {
+            return self.held.len();
+        }
+        match self.syntax {
+            ToolSyntax::Llama3Json => 0,
+            _ => crate::stops::partial_suffix_len(&self.held, self.marker()),
+        }
     }
 
     /// Hermes: a complete `...</tool_call>` in `held` becomes calls (or content). Returns whether
@@ -309,7 +347,7 @@ impl ToolCallStream {
             }
             None => out.push(ToolOutput::Content(format!("{HERMES_OPEN}{span}"))),
         }
-        self.capturing = false;
+        self.capture = Capture::None;
         true
     }
 
@@ -321,8 +359,8 @@ impl ToolCallStream {
         }
         if !text.trim().is_empty() {
             self.started = true;
-        } else if self.syntax == ToolSyntax::Llama3Json && !self.started {
-            // leading whitespace before a possible JSON call: hold it with the rest
+        } else if !self.started {
+            // leading whitespace before a possible whole-reply call: hold it with the rest
             self.held.insert_str(0, &text);
             return;
         }

@@ -125,26 +125,6 @@ fn string_arguments_are_parsed_and_must_be_objects() {
 }
 
 #[test]
-fn forced_prefixes_complete_to_calls() {
-    for syntax in [
-        ToolSyntax::Hermes,
-        ToolSyntax::Llama3Json,
-        ToolSyntax::Mistral,
-    ] {
-        let prefix = syntax.forced_prefix(Some("f"));
-        let rest = match syntax {
-            ToolSyntax::Mistral => "{\"a\": 1}}]",
-            _ => "{\"a\": 1}}",
-        };
-        assert_eq!(
-            stream(syntax, &[&prefix, rest]),
-            vec![call("f", r#"{"a":1}"#)],
-            "{syntax:?}"
-        );
-    }
-}
-
-#[test]
 fn syntax_is_read_from_the_template() {
     assert_eq!(
         ToolSyntax::detect("{{ '<tool_call>' }}"),
@@ -153,4 +133,34 @@ fn syntax_is_read_from_the_template() {
     assert_eq!(ToolSyntax::detect("[TOOL_CALLS]"), ToolSyntax::Mistral);
     assert_eq!(ToolSyntax::detect("<|python_tag|>"), ToolSyntax::Llama3Json);
     assert_eq!(ToolSyntax::detect("plain"), ToolSyntax::Hermes);
+}
+
+#[test]
+fn bare_and_fenced_json_replies_to_known_tools_are_calls() {
+    let fenced =
+        "```json\n{\n  \"name\": \"get_weather\",\n  \"arguments\": {\"city\": \"Paris\"}\n}\n```";
+    let known = |s: ToolCallStream| s.with_known_tools(vec!["get_weather".into()]);
+    for cut in 1..fenced.len() {
+        let mut s = known(ToolCallStream::new(ToolSyntax::Hermes));
+        let mut out = Vec::new();
+        s.push(&fenced[..cut], &mut out);
+        s.push(&fenced[cut..], &mut out);
+        s.finish(&mut out);
+        assert_eq!(
+            out,
+            vec![call("get_weather", r#"{"city":"Paris"}"#)],
+            "cut {cut}"
+        );
+    }
+    let unknown = "{\"name\": \"rm_rf\", \"arguments\": {}}";
+    let mut s = known(ToolCallStream::new(ToolSyntax::Hermes));
+    let mut out = Vec::new();
+    s.push(unknown, &mut out);
+    s.finish(&mut out);
+    assert_eq!(out, vec![content(unknown)]);
+    let code = "```python\nprint(1)\n```";
+    assert_eq!(
+        stream(ToolSyntax::Hermes, &["``", "`py", "thon\nprint(1)\n```"]),
+        vec![content(code)]
+    );
 }
