@@ -232,6 +232,44 @@ fn runaway_loops_run_out_of_fuel_quickly() {
     );
 }
 
+/// Templates that grow a value without printing or looping much: each must fail its render
+/// with `MemoryExceeded`, and the next render must work.
+#[test]
+fn memory_bombs_fail_the_render_not_the_process() {
+    let bombs = [
+        "{% set ns = namespace(s='a') %}{% for i in range(36) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}",
+        "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l|length }}",
+        "{% set ns = namespace(s='x' * 90000000) %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+        "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s[:3] }}",
+    ];
+    for source in bombs {
+        let result = simple(source).render(&user("x"), false, None);
+        assert!(
+            matches!(result, Err(TemplateError::MemoryExceeded { limit }) if Some(limit) == TemplateLimits::DEFAULT.max_memory_bytes),
+            "{source}: {result:?}"
+        );
+    }
+    let fine = simple("{{ messages[0].content }}!").render(&user("hi"), false, None);
+    assert_eq!(fine.unwrap(), "hi!");
+}
+
+#[test]
+fn errors_inside_the_sandbox_keep_their_kind() {
+    let raised = simple("{{ raise_exception('no system role') }}").render(&user("x"), false, None);
+    assert!(
+        matches!(&raised, Err(TemplateError::Raised(m)) if m == "no system role"),
+        "{raised:?}"
+    );
+    let unbounded = simple("{{ messages[0].content }}").with_limits(TemplateLimits {
+        max_memory_bytes: None,
+        ..TemplateLimits::DEFAULT
+    });
+    assert_eq!(
+        unbounded.render(&user("in process"), false, None).unwrap(),
+        "in process"
+    );
+}
+
 #[test]
 fn huge_output_hits_the_size_limit() {
     let template = simple("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}");
@@ -247,6 +285,7 @@ fn limits_are_configurable() {
     let limits = TemplateLimits {
         max_output_bytes: 10,
         fuel: 1_000,
+        ..TemplateLimits::DEFAULT
     };
     let template = simple("{{ messages[0].content }}").with_limits(limits);
     assert_eq!(

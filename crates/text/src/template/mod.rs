@@ -4,6 +4,7 @@
 //! by an instruction budget (fuel) and an output-size cap.
 
 mod builtins;
+mod isolate;
 mod pyfmt;
 
 use minijinja::{AutoEscape, Environment, ErrorKind};
@@ -21,6 +22,8 @@ pub struct TemplateLimits {
     pub max_output_bytes: usize,
     /// Template instructions one render may execute.
     pub fuel: u64,
+    /// Memory one render may allocate; `None` renders in this process, unbounded.
+    pub max_memory_bytes: Option<usize>,
 }
 
 impl TemplateLimits {
@@ -29,6 +32,7 @@ impl TemplateLimits {
     pub const DEFAULT: TemplateLimits = TemplateLimits {
         max_output_bytes: 4 << 20,
         fuel: 10_000_000,
+        max_memory_bytes: Some(256 << 20),
     };
 }
 
@@ -48,6 +52,8 @@ pub enum TemplateError {
     Fuel { limit: u64 },
     #[error("chat template output exceeds {limit} bytes")]
     OutputTooLarge { limit: usize },
+    #[error("chat template needed more than {limit} bytes of memory")]
+    MemoryExceeded { limit: usize },
     #[error("invalid chat template input: {0}")]
     InvalidInput(String),
     #[error("chat template failed to render: {0}")]
@@ -146,6 +152,13 @@ impl ChatTemplate {
         extra: Option<&JsonValue>,
     ) -> Result<String, TemplateError> {
         let context = self.context(messages, add_generation_prompt, extra)?;
+        match self.limits.max_memory_bytes {
+            Some(budget) => isolate::render_isolated(budget, || self.render_context(context)),
+            None => self.render_context(context),
+        }
+    }
+
+    fn render_context(&self, context: JsonValue) -> Result<String, TemplateError> {
         let template = self
             .env
             .get_template(TEMPLATE_NAME)
