@@ -25,6 +25,7 @@ pub struct Engine {
     backend: Arc<dyn Backend>,
     cache: PrefixCache,
     pub stats: Arc<EngineStats>,
+    prefill_chunk: usize,
 }
 
 /// Where a run ended before it finished normally.
@@ -53,7 +54,14 @@ impl Engine {
             backend,
             cache: PrefixCache::new(slots, n_ctx),
             stats: Arc::new(EngineStats::default()),
+            prefill_chunk: PREFILL_CHUNK,
         }
+    }
+
+    /// Prompt tokens per prefill forward (at least twice the backend's invariant rows).
+    pub fn with_prefill_chunk(mut self, chunk: usize) -> Engine {
+        self.prefill_chunk = chunk.max(2 * self.backend.batch_invariant_rows());
+        self
     }
 
     pub fn model(&self) -> &Model {
@@ -157,6 +165,7 @@ impl Run {
             backend,
             cache,
             stats,
+            prefill_chunk,
         } = engine;
         let t0 = Instant::now();
         let prompt = &p.tokens;
@@ -184,6 +193,7 @@ impl Run {
             stats,
             p,
             cancel,
+            chunk: *prefill_chunk,
         };
         let mut matcher = p.constraint.clone().map(|c| c.0);
         // the first token's mask is computed while the prompt runs
@@ -227,6 +237,7 @@ struct Step<'a> {
     stats: &'a EngineStats,
     p: &'a Prepared,
     cancel: &'a AtomicBool,
+    chunk: usize,
 }
 
 type Mask = toktrie::SimpleVob;
@@ -262,7 +273,7 @@ impl Step<'_> {
         let mut at = reuse;
         while at < prompt.len() {
             check(true, self.cancel)?;
-            let mut end = (at + PREFILL_CHUNK).min(prompt.len());
+            let mut end = (at + self.chunk).min(prompt.len());
             let min_rows = self.be.batch_invariant_rows();
             if (1..min_rows).contains(&(prompt.len() - end)) {
                 // the last forward gets `min_rows` rows too (a chunk is far longer than that)
@@ -277,6 +288,7 @@ impl Step<'_> {
                 .model
                 .forward(self.be, &prompt[at..end], &mut slot.cache, want)?;
             slot.tokens.extend_from_slice(&prompt[at..end]);
+            check(sink(Event::Progress { prefilled: end }), self.cancel)?;
             if scoring {
                 for (row, &next) in logits.chunks_exact(n_vocab).zip(&prompt[at + 1..]) {
                     scores.push(token_logprob(self.text, next, Some(row), row, top));

@@ -72,6 +72,10 @@ pub enum Event {
         prompt_tokens: usize,
         cached_tokens: usize,
     },
+    /// Prompt tokens in the cache so far (after each prefill chunk).
+    Progress {
+        prefilled: usize,
+    },
     /// Logprobs of every prompt token (requests with `prompt_logprobs`), before any text.
     PromptLogprobs(Vec<TokenLogprob>),
     /// Content text; `logprobs` holds the tokens decoded in this step where asked for.

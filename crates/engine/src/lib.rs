@@ -3,7 +3,6 @@
 pub mod constraint;
 pub mod engine;
 pub mod events;
-pub mod generate;
 pub mod output;
 pub mod perplexity;
 pub mod prefix_cache;
@@ -15,7 +14,6 @@ pub mod stats;
 
 pub use engine::Engine;
 pub use events::{Done, Event, FailureKind, FinishReason, TokenLogprob, Usage};
-pub use generate::{GenerateParams, Generation, Session, StopReason};
 pub use perplexity::{perplexity, Perplexity};
 pub use prompt::{Prepared, TextModel};
 pub use queue::{CancelOnDrop, EngineHandle};
@@ -26,8 +24,6 @@ pub use sampler::{Sampler, SamplerConfig};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
-    #[error("the prompt is empty")]
-    EmptyPrompt,
     #[error("{0}")]
     BadArgument(String),
     #[error(transparent)]

@@ -157,7 +157,7 @@ pub async fn collect(mut sub: Submitted) -> ApiResult<Collected> {
     let mut c = Collected::default();
     while let Some(event) = sub.events.recv().await {
         match event {
-            Event::Started { .. } => {}
+            Event::Started { .. } | Event::Progress { .. } => {}
             Event::PromptLogprobs(lp) => c.prompt_logprobs = lp,
             Event::Text { text, logprobs } => {
                 c.text.push_str(&text);

@@ -446,7 +446,7 @@ impl Streamer {
                 Self::emit(out, "content_block_stop", json!({"index": self.index}));
                 self.index += 1;
             }
-            Event::PromptLogprobs(_) => {}
+            Event::PromptLogprobs(_) | Event::Progress { .. } => {}
             Event::Done(d) => {
                 self.close(out);
                 let u = usage(&d.usage);

@@ -271,7 +271,7 @@ fn stream_reply(
                 sse_json(None, &chunk(args, Value::Null, Value::Null)),
             ]
         }
-        Event::PromptLogprobs(_) => Vec::new(),
+        Event::PromptLogprobs(_) | Event::Progress { .. } => Vec::new(),
         Event::Done(d) => {
             let mut out = vec![sse_json(
                 None,

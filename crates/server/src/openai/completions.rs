@@ -220,7 +220,7 @@ fn stream_reply(
             }
             _ => Vec::new(),
         },
-        Event::PromptLogprobs(_) => Vec::new(),
+        Event::PromptLogprobs(_) | Event::Progress { .. } => Vec::new(),
         Event::Text { text, logprobs } => {
             let lp = if logprobs.is_empty() {
                 Value::Null

@@ -492,7 +492,7 @@ impl Streamer {
                 self.emit(out, "response.output_text.delta", json!({"item_id": id, "output_index": i, "content_index": 0, "delta": text, "logprobs": []}));
             }
             Event::ToolCall(c) => self.call(c, out),
-            Event::PromptLogprobs(_) => {}
+            Event::PromptLogprobs(_) | Event::Progress { .. } => {}
             Event::Done(d) => self.done(&d, out),
             Event::Failed { kind, message } => {
                 self.close(out);
