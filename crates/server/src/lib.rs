@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use error::{ApiError, Protocol};
+use futures_util::FutureExt;
 use ishizuki_engine::EngineHandle;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, OnceLock};
@@ -197,7 +198,11 @@ async fn authenticate(State(state): State<Arc<AppState>>, req: Request, next: Ne
 async fn log_request(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let (method, path) = (req.method().clone(), req.uri().path().to_string());
     let t0 = Instant::now();
-    let response = next.run(req).await;
+    // a handler that panics fails its own request with a 500; the server keeps serving
+    let response = match std::panic::AssertUnwindSafe(next.run(req)).catch_unwind().await {
+        Ok(r) => r,
+        Err(_) => ApiError::new(protocol_of(&path), StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response(),
+    };
     let status = response.status().as_u16();
     let endpoint = match path.as_str() {
         "/health"
