@@ -70,13 +70,21 @@ pub fn new_id(prefix: &str) -> String {
     format!("{prefix}{mixed:016x}{:08x}", n as u32)
 }
 
-/// Validates and tokenizes on the handler's thread; a panic in the template is this request's 500.
-pub fn prepare(engine: &EngineHandle, protocol: Protocol, request: Request) -> ApiResult<Prepared> {
+/// Validates and tokenizes off the async workers (templates render in a forked sandbox and long
+/// prompts take milliseconds to tokenize); a panic in there is this request's 500.
+pub async fn prepare(
+    engine: &EngineHandle,
+    protocol: Protocol,
+    request: Request,
+) -> ApiResult<Prepared> {
     let text = engine.text.clone();
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| text.prepare(request))) {
-        Ok(Ok(p)) => Ok(p),
-        Ok(Err(e)) => Err(ApiError::invalid(protocol, e)),
-        Err(_) => Err(ApiError::new(
+    let job = tokio::task::spawn_blocking(move || {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| text.prepare(request)))
+    });
+    match job.await {
+        Ok(Ok(Ok(p))) => Ok(p),
+        Ok(Ok(Err(e))) => Err(ApiError::invalid(protocol, e)),
+        _ => Err(ApiError::new(
             protocol,
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal error while preparing the prompt",

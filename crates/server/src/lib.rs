@@ -199,9 +199,17 @@ async fn log_request(State(state): State<Arc<AppState>>, req: Request, next: Nex
     let (method, path) = (req.method().clone(), req.uri().path().to_string());
     let t0 = Instant::now();
     // a handler that panics fails its own request with a 500; the server keeps serving
-    let response = match std::panic::AssertUnwindSafe(next.run(req)).catch_unwind().await {
+    let response = match std::panic::AssertUnwindSafe(next.run(req))
+        .catch_unwind()
+        .await
+    {
         Ok(r) => r,
-        Err(_) => ApiError::new(protocol_of(&path), StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response(),
+        Err(_) => ApiError::new(
+            protocol_of(&path),
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal error",
+        )
+        .into_response(),
     };
     let status = response.status().as_u16();
     let endpoint = match path.as_str() {

@@ -287,7 +287,7 @@ pub async fn count_tokens(State(state): State<Arc<AppState>>, body: Body) -> Api
     let engine = state.model_for(P, req.model.as_deref())?;
     let mut request = req.into_request(true)?;
     request.max_tokens = Some(0);
-    let prepared = prepare(engine, P, request)?;
+    let prepared = prepare(engine, P, request).await?;
     Ok(axum::Json(json!({"input_tokens": prepared.tokens.len()})).into_response())
 }
 
@@ -296,7 +296,7 @@ pub async fn messages(State(state): State<Arc<AppState>>, body: Body) -> ApiResu
     let engine = state.model_for(P, req.model.as_deref())?;
     let model = engine.text.name.clone();
     let stream = req.stream;
-    let prepared = prepare(engine, P, req.into_request(false)?)?;
+    let prepared = prepare(engine, P, req.into_request(false)?).await?;
     let sub = submit(&state, P, prepared)?;
     let id = new_id("msg_");
     if stream {

@@ -194,7 +194,7 @@ pub async fn handle(State(state): State<Arc<AppState>>, body: Body) -> ApiResult
     let model = engine.text.name.clone();
     let stream = req.stream;
     let (request, include_usage) = req.into_request()?;
-    let prepared = prepare(engine, P, request)?;
+    let prepared = prepare(engine, P, request).await?;
     let sub = submit(&state, P, prepared)?;
     let id = new_id("chatcmpl-");
     let created = unix_time();

@@ -156,10 +156,10 @@ pub async fn handle(State(state): State<Arc<AppState>>, body: Body) -> ApiResult
     let model = engine.text.name.clone();
     let requests = req.requests()?;
     // every prompt is checked before any runs: one bad prompt fails the batch with a 400
-    let prepared = requests
-        .into_iter()
-        .map(|r| prepare(engine, P, r))
-        .collect::<ApiResult<Vec<_>>>()?;
+    let mut prepared = Vec::with_capacity(requests.len());
+    for r in requests {
+        prepared.push(prepare(engine, P, r).await?);
+    }
     let (id, created) = (new_id("cmpl-"), unix_time());
     let echo_texts: Vec<Option<String>> = prepared
         .iter()

@@ -291,7 +291,7 @@ pub async fn handle(State(state): State<Arc<AppState>>, body: Body) -> ApiResult
     let req: ResponsesRequest = read_json(P, body).await?;
     let engine = state.model_for(P, req.model.as_deref())?;
     let messages = req.conversation(&state)?;
-    let prepared = prepare(engine, P, req.to_request(messages.clone())?)?;
+    let prepared = prepare(engine, P, req.to_request(messages.clone())?).await?;
     let shell = Shell {
         id: new_id("resp_"),
         created: unix_time(),
