@@ -10,7 +10,7 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$cache/target}
 export ISHIZUKI_CACHE=$cache/ishizuki
 export ISHIZUKI_TEST_MODELS=$ISHIZUKI_CACHE/models
 export ISHIZUKI_REQUIRE_MODELS=1
-export ISHIZUKI_FIXTURES=${ISHIZUKI_FIXTURES:-$root/../shared/fixtures}
+export ISHIZUKI_FIXTURES=${ISHIZUKI_FIXTURES:-$root/fixtures}
 export CARGO_TERM_COLOR=never
 
 start=$(date +%s)

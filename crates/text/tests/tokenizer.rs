@@ -1,5 +1,6 @@
-//! Tokenizers against the Hugging Face reference ids in shared/fixtures (real GGUF vocabularies,
-//! found through ISHIZUKI_TEST_MODELS), plus tiny synthetic vocabularies built with `from_spec`.
+//! Tokenizers against the Hugging Face reference ids in the repo's fixtures/ (real GGUF
+//! vocabularies, found through ISHIZUKI_TEST_MODELS; ISHIZUKI_FIXTURES overrides the directory),
+//! plus tiny synthetic vocabularies built with `from_spec`.
 use ishizuki_formats::GgufFile;
 use ishizuki_text::{
     SpmFlavor, StreamDecoder, TokenType, Tokenizer, TokenizerError, TokenizerModel, TokenizerSpec,
@@ -11,9 +12,7 @@ use std::sync::OnceLock;
 fn fixtures_dir() -> PathBuf {
     std::env::var_os("ISHIZUKI_FIXTURES")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures")
-        })
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures"))
 }
 
 fn models_dir() -> PathBuf {
