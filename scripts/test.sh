@@ -23,7 +23,7 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "build"
 cargo build --locked -p ishizuki
 step "models"
-"$CARGO_TARGET_DIR/debug/ishizuki" pull smollm2-135m gemma3-270m
+"$CARGO_TARGET_DIR/debug/ishizuki" pull smollm2-135m gemma3-270m qwen2.5-coder-0.5b
 step "tests"
 cargo test --workspace --locked
 step "the op timeline of a trace build"
