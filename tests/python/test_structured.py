@@ -96,7 +96,7 @@ def test_chat_json_schema(qwen, name, seed):
 def test_responses_json_schema(qwen, name):
     schema = SCHEMAS[name]
     reply = qwen.openai().responses.create(
-        model=qwen.model, input=PROMPT, temperature=0.7, seed=3, max_output_tokens=160,
+        model=qwen.model, input=PROMPT, temperature=0.7, max_output_tokens=160, extra_body={"seed": 3},
         text={"format": {"type": "json_schema", "name": name.replace("-", "_"), "schema": schema,
                          "strict": True}})
     assert reply.status == "completed", reply
