@@ -32,4 +32,6 @@ step "tests with the scalar CPU tier forced"
 ISHIZUKI_CPU_TIER=scalar cargo test --locked -p ishizuki-cpu -p ishizuki-models
 step "tests with the AVX2 CPU tier forced"
 ISHIZUKI_CPU_TIER=avx2 cargo test --locked -p ishizuki-cpu -p ishizuki-models
+step "the server through the openai and anthropic Python clients"
+scripts/test_python.sh
 step "done"

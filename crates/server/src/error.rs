@@ -67,12 +67,12 @@ impl ApiError {
     /// OpenAI's `type` / Anthropic's `error.type` for this status.
     pub fn kind(&self) -> &'static str {
         match (self.protocol, self.status.as_u16()) {
-            (Protocol::OpenAi, 400 | 413 | 422) => "invalid_request_error",
+            (Protocol::OpenAi, 400 | 405 | 413 | 422) => "invalid_request_error",
             (Protocol::OpenAi, 401) => "authentication_error",
             (Protocol::OpenAi, 404) => "not_found_error",
             (Protocol::OpenAi, 503) => "service_unavailable",
             (Protocol::OpenAi, _) => "server_error",
-            (Protocol::Anthropic, 400 | 422) => "invalid_request_error",
+            (Protocol::Anthropic, 400 | 405 | 422) => "invalid_request_error",
             (Protocol::Anthropic, 401) => "authentication_error",
             (Protocol::Anthropic, 404) => "not_found_error",
             (Protocol::Anthropic, 413) => "request_too_large",

@@ -117,6 +117,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), authenticate));
     Router::new()
         .route("/health", get(health))
@@ -132,6 +133,15 @@ async fn not_found(req: Request) -> ApiError {
         protocol_of(&path),
         StatusCode::NOT_FOUND,
         format!("no route for {} {path}", req.method()),
+    )
+}
+
+async fn method_not_allowed(req: Request) -> ApiError {
+    let path = req.uri().path().to_string();
+    ApiError::new(
+        protocol_of(&path),
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("{} is not allowed on {path}", req.method()),
     )
 }
 

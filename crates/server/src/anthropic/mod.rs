@@ -296,7 +296,12 @@ pub async fn messages(State(state): State<Arc<AppState>>, body: Body) -> ApiResu
     let engine = state.model_for(P, req.model.as_deref())?;
     let model = engine.text.name.clone();
     let stream = req.stream;
-    let prepared = prepare(engine, P, req.into_request(false)?).await?;
+    // max_tokens is a cap (Claude Code asks for 32000 whatever the context): generate at most
+    // what fits after the prompt instead of refusing the request
+    let mut request = req.into_request(false)?;
+    let cap = request.max_tokens.take();
+    let mut prepared = prepare(engine, P, request).await?;
+    prepared.max_tokens = prepared.max_tokens.min(cap.unwrap_or(usize::MAX));
     let sub = submit(&state, P, prepared)?;
     let id = new_id("msg_");
     if stream {
