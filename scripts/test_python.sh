@@ -9,7 +9,7 @@ cache=${ISHIZUKI_TEST_CACHE:-$HOME/.cache/ishizuki-test}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$cache/target}
 export ISHIZUKI_BIN=${ISHIZUKI_BIN:-$CARGO_TARGET_DIR/debug/ishizuki}
 export ISHIZUKI_TEST_MODELS=${ISHIZUKI_TEST_MODELS:-$cache/ishizuki/models}
-export ISHIZUKI_FIXTURES=${ISHIZUKI_FIXTURES:-$root/../shared/fixtures}
+export ISHIZUKI_FIXTURES=${ISHIZUKI_FIXTURES:-$root/fixtures}
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 requirements="openai==3.60.0 anthropic==2.17.0 jsonschema==4.26.0 pytest==9.2.0 httpx==0.29.0"
