@@ -210,3 +210,81 @@ def test_responses_streamed_call_equals_whole(qwen):
     assert strip(final["output"]) == strip(whole["output"])
     args = "".join(d["delta"] for _, d in events if d["type"] == "response.function_call_arguments.delta")
     assert args == "".join(o["arguments"] for o in whole["output"] if o["type"] == "function_call")
+
+
+# At tool_choice auto the model decides to call; after the result comes back it is asked with
+# tool_choice none, because Qwen2.5-Coder-0.5B at auto calls get_weather again (transformers'
+# rendering of that history is the same 285 tokens, and its fp32 greedy reply is a call too).
+def test_chat_auto_round_trip(qwen):
+    client = qwen.openai()
+    messages = [{"role": "user", "content": QUESTION}]
+    first = _chat(client, qwen, messages, tool_choice="auto")
+    calls = first.choices[0].message.tool_calls
+    assert first.choices[0].finish_reason == "tool_calls" and calls, first.choices[0].message
+    messages.append(first.choices[0].message.model_dump(exclude_none=True))
+    messages += [{"role": "tool", "tool_call_id": c.id, "content": RESULT} for c in calls]
+    answer = _chat(client, qwen, messages, tool_choice="none", max_tokens=24).choices[0]
+    assert answer.finish_reason in {"stop", "length"} and not answer.message.tool_calls
+    assert answer.message.content.strip()
+
+
+def test_messages_auto_round_trip(qwen):
+    client = qwen.anthropic()
+    messages = [{"role": "user", "content": QUESTION}]
+    first = client.messages.create(model=qwen.model, max_tokens=48, messages=messages,
+                                   tools=ANTHROPIC_TOOLS, tool_choice={"type": "auto"},
+                                   extra_body={"temperature": 0})
+    uses = [b for b in first.content if b.type == "tool_use"]
+    assert first.stop_reason == "tool_use" and uses, first.content
+    assert uses[0].name == "get_weather" and "paris" in json.dumps(uses[0].input).lower()
+    messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]})
+    messages.append({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": u.id, "content": [{"type": "text", "text": RESULT}]}
+        for u in uses]})
+    answer = client.messages.create(model=qwen.model, max_tokens=24, messages=messages,
+                                    tools=ANTHROPIC_TOOLS, tool_choice={"type": "none"},
+                                    extra_body={"temperature": 0})
+    assert answer.stop_reason in {"end_turn", "max_tokens"}
+    assert "".join(b.text for b in answer.content if b.type == "text").strip()
+
+
+def test_responses_auto_round_trip(qwen):
+    client = qwen.openai()
+    first = client.responses.create(model=qwen.model, input=QUESTION, tools=RESPONSES_TOOLS,
+                                    tool_choice="auto", temperature=0, max_output_tokens=48)
+    calls = [o for o in first.output if o.type == "function_call"]
+    assert calls and calls[0].name == "get_weather", first.output
+    assert "paris" in calls[0].arguments.lower()
+    answer = client.responses.create(
+        model=qwen.model, previous_response_id=first.id, tools=RESPONSES_TOOLS, tool_choice="none",
+        input=[{"type": "function_call_output", "call_id": c.call_id, "output": RESULT} for c in calls],
+        temperature=0, max_output_tokens=24)
+    assert answer.output_text.strip()
+    assert not [o for o in answer.output if o.type == "function_call"]
+
+
+@pytest.mark.parametrize("api", ["chat", "messages", "responses"])
+def test_two_parallel_calls(qwen, api):
+    question = "What is the weather in Paris and what time is it in Tokyo?"
+    want = [("get_weather", {"city": "Paris"}), ("get_time", {"city": "Tokyo"})]
+    if api == "chat":
+        reply = _chat(qwen.openai(), qwen, [{"role": "user", "content": question}],
+                      tool_choice="required", parallel_tool_calls=True, max_tokens=64)
+        calls = reply.choices[0].message.tool_calls
+        got = [(c.function.name, json.loads(c.function.arguments)) for c in calls]
+        ids = [c.id for c in calls]
+    elif api == "messages":
+        reply = qwen.anthropic().messages.create(
+            model=qwen.model, max_tokens=64, messages=[{"role": "user", "content": question}],
+            tools=ANTHROPIC_TOOLS, tool_choice={"type": "any"}, extra_body={"temperature": 0})
+        uses = [b for b in reply.content if b.type == "tool_use"]
+        got, ids = [(u.name, u.input) for u in uses], [u.id for u in uses]
+    else:
+        reply = qwen.openai().responses.create(
+            model=qwen.model, input=question, tools=RESPONSES_TOOLS, tool_choice="required",
+            parallel_tool_calls=True, temperature=0, max_output_tokens=64)
+        calls = [o for o in reply.output if o.type == "function_call"]
+        got = [(c.name, json.loads(c.arguments)) for c in calls]
+        ids = [c.call_id for c in calls]
+    assert got == want
+    assert len(set(ids)) == 2
