@@ -9,6 +9,8 @@ pub mod membw;
 pub mod ops;
 pub mod packed;
 pub mod pool;
+#[cfg(test)]
+mod row_invariance;
 pub mod simd;
 #[cfg(test)]
 mod test_rng;

@@ -1,6 +1,7 @@
 //! The engine: generation at the text level shared by every front (requests in, events out),
 //! sampling, perplexity.
 pub mod constraint;
+pub mod draft;
 pub mod engine;
 pub mod events;
 pub mod output;

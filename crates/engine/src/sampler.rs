@@ -4,6 +4,7 @@
 //! Every buffer is owned by the [`Sampler`] and reused, so a call allocates nothing once the
 //! buffers have grown to the vocabulary size.
 
+use crate::draft::Distribution;
 use std::cmp::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -428,6 +429,32 @@ impl Sampler {
         temperature(candidates, cfg.temperature);
         draw(candidates, &mut self.rng).unwrap_or_else(|| argmax(logits))
     }
+
+    /// The distribution `sample` draws from (one-hot when greedy), for draft verification.
+    pub fn distribution(&mut self, logits: &mut [f32], history: &[u32]) -> Distribution {
+        apply_penalties(logits, history, &self.config, &mut self.penalty_scratch);
+        if self.config.is_greedy() {
+            return Distribution::one_hot(argmax(logits));
+        }
+        let cfg = &self.config;
+        let c = &mut self.candidates;
+        c.fill_top_k(logits, cfg.top_k);
+        top_p(c, cfg.top_p);
+        min_p(c, cfg.min_p);
+        temperature(c, cfg.temperature);
+        if c.items.is_empty() {
+            return Distribution::one_hot(argmax(logits));
+        }
+        let max_logit = c.max_logit();
+        let z = c.softmax_denominator(max_logit);
+        let p = |l: f32| f64::from((l - max_logit).exp()) / z;
+        Distribution(c.items.iter().map(|x| (x.id, p(x.logit))).collect())
+    }
+
+    /// The sampler's generator, shared with verification so one seed fixes a whole request.
+    pub fn rng(&mut self) -> &mut Rng {
+        &mut self.rng
+    }
 }
 
 #[cfg(test)]
@@ -493,6 +520,24 @@ mod tests {
         };
         assert_eq!(run(42), run(42));
         assert_ne!(run(42), run(43));
+    }
+
+    #[test]
+    fn distribution_is_what_sample_draws_from() {
+        let logits = [1.0f32, 2.0, 0.5, -1.0, 0.7];
+        let cfg = SamplerConfig {
+            top_k: 4,
+            min_p: 0.05,
+            ..stochastic(0.8, 3)
+        };
+        let dist = Sampler::new(cfg.clone()).distribution(&mut logits.clone(), &[]);
+        let seen = frequencies(cfg, &logits, 40_000);
+        for (id, &got) in seen.iter().enumerate() {
+            let want = dist.prob(id as u32);
+            assert!((got - want).abs() < 0.012, "token {id}: {got} vs {want}");
+        }
+        let greedy = Sampler::new(SamplerConfig::greedy()).distribution(&mut logits.clone(), &[]);
+        assert_eq!(greedy, Distribution::one_hot(1));
     }
 
     #[test]
