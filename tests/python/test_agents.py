@@ -107,7 +107,8 @@ def test_claude_code_billing_nonce_keeps_the_prefix_cached(qwen):
               for r in (first, second, second)]
     total = usages[1].input_tokens + usages[1].cache_read_input_tokens
     assert usages[1].cache_read_input_tokens == usages[2].cache_read_input_tokens, usages
-    assert usages[1].cache_read_input_tokens >= total - 16, usages
+    # the last few tokens (the CPU backend's 17 batch-invariant rows) always run again
+    assert usages[1].cache_read_input_tokens >= total - 32, usages
 
 
 def test_claude_code_stream_with_its_max_tokens(qwen):

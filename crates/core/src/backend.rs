@@ -115,6 +115,12 @@ pub trait Backend: Send + Sync {
         1
     }
 
+    /// The most rows a forward may have such that each row's results are bit-identical to a
+    /// one-row forward of that row: draft verification forwards stay within it.
+    fn verify_rows(&self) -> usize {
+        1
+    }
+
     /// A copy of `w` in this backend's preferred layout, if it has one for `w`'s type; made once
     /// at load, handed back in `WeightView::packed` to every op that takes `w`. The backend
     /// hands `consumed` each part of `w.data` it has finished reading, so that the caller can

@@ -1,4 +1,9 @@
 //! CPU backend: persistent thread pool, runtime-dispatched SIMD, quantized matmul, attention.
+/// Most rows of a forward whose every row is bit-identical to a one-row forward of it: draft
+/// verification stays within this, so drafting never changes a greedy token. One packed
+/// kernel call covers 16 rows; a 17th would read every weight again.
+pub const VERIFY_ROWS: usize = 16;
+
 pub mod amx;
 pub mod attention;
 pub mod gemm;
@@ -73,10 +78,15 @@ impl Backend for CpuBackend {
         format!("cpu {} x{}", simd::tier().name(), self.n_threads())
     }
 
-    /// From `gemm::MIN_ROWS` rows on every quantized matmul takes the GEMM or the packed kernel,
-    /// which agree row for row; fewer rows may take the per-row paths, which round differently.
+    /// From `gemm::MIN_ROWS` rows on every quantized matmul takes the GEMM, which agrees row for
+    /// row however rows are grouped; fewer rows take the per-row paths, which round differently
+    /// from the GEMM (but exactly like one-row forwards: `verify_rows`).
     fn batch_invariant_rows(&self) -> usize {
         gemm::MIN_ROWS
+    }
+
+    fn verify_rows(&self) -> usize {
+        VERIFY_ROWS
     }
 
     fn pack(&self, w: &WeightView, consumed: &mut dyn FnMut(&[u8])) -> Option<PackedWeight> {

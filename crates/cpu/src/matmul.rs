@@ -69,7 +69,7 @@ pub fn matmul_multi(
         return Ok(());
     }
     if !exact && gemv::applies(ws, rows) {
-        gemv::gemv(pool, ws, x, outs);
+        gemv::gemv(pool, ws, x, rows, outs);
         return Ok(());
     }
     if takes_gemm(ws, rows, exact) {

@@ -34,8 +34,10 @@ pub const NR: usize = 16;
 /// Activation rows a microkernel handles at once; panels of rows are multiples of it, and the
 /// GEMM's quantized activations are padded to it (AMX loads whole 16-row tiles).
 pub const MR: usize = 16;
-/// Fewest activation rows for which unpacking a tile pays off against the row-dot kernels.
-pub const MIN_ROWS: usize = 8;
+/// Fewest activation rows the GEMM takes. Unpacking a tile pays off from 8 rows, but up to
+/// `VERIFY_ROWS` rows (draft verification) every matmul must give each row exactly what a
+/// one-row matmul gives, which the row-dot and packed kernels do and the GEMM does not.
+pub const MIN_ROWS: usize = crate::VERIFY_ROWS + 1;
 /// Most weight tiles a microkernel takes per call (`Microkernel::tiles`).
 const MAX_TILES: usize = 2;
 /// Tasks per thread to aim for when splitting activation rows of a matmul with few tiles.

@@ -363,7 +363,7 @@ fn gemm_fills_several_weights_of_one_input() {
         return;
     }
     let pool = ThreadPool::new(2);
-    let (k, rows) = (256, 9);
+    let (k, rows) = (256, MIN_ROWS + 1);
     let mut rng = Rng(11);
     let (a, b) = (GgmlType::Q4_K, GgmlType::Q8_0);
     let (wa, wb) = (weights(a, 16, k, &mut rng), weights(b, 7, k, &mut rng));
