@@ -32,6 +32,8 @@ pub fn gemv(pool: &ThreadPool, ws: &[WeightView], x: &[f32], rows: usize, outs: 
         .map(|w| row_dot(w.ty, tier()).expect("applies"))
         .collect();
     let outs: Vec<SharedMut<f32>> = outs.iter_mut().map(|o| SharedMut(o.as_mut_ptr())).collect();
+    // split as for one row whatever `rows`: each output element is then computed exactly as in
+    // a one-row call
     let tasks = RowTasks::new(ws.iter().map(|w| w.n_out), 1, pool.n_threads());
     ACTS.with_borrow_mut(|acts| {
         acts.quantize(pool, x, rows, k);

@@ -421,13 +421,17 @@ impl Sampler {
         if self.config.is_greedy() {
             return argmax(logits);
         }
-        let cfg = &self.config;
-        let candidates = &mut self.candidates;
+        self.narrow(logits);
+        draw(&self.candidates, &mut self.rng).unwrap_or_else(|| argmax(logits))
+    }
+
+    /// The candidates a stochastic draw chooses from: top-k, top-p, min-p, then temperature.
+    fn narrow(&mut self, logits: &[f32]) {
+        let (cfg, candidates) = (&self.config, &mut self.candidates);
         candidates.fill_top_k(logits, cfg.top_k);
         top_p(candidates, cfg.top_p);
         min_p(candidates, cfg.min_p);
         temperature(candidates, cfg.temperature);
-        draw(candidates, &mut self.rng).unwrap_or_else(|| argmax(logits))
     }
 
     /// The distribution `sample` draws from (one-hot when greedy), for draft verification.
@@ -436,12 +440,8 @@ impl Sampler {
         if self.config.is_greedy() {
             return Distribution::one_hot(argmax(logits));
         }
-        let cfg = &self.config;
-        let c = &mut self.candidates;
-        c.fill_top_k(logits, cfg.top_k);
-        top_p(c, cfg.top_p);
-        min_p(c, cfg.min_p);
-        temperature(c, cfg.temperature);
+        self.narrow(logits);
+        let c = &self.candidates;
         if c.items.is_empty() {
             return Distribution::one_hot(argmax(logits));
         }

@@ -9,10 +9,6 @@ fn main() {
     model.pack_weights(&be);
     let n_vocab = model.config.n_vocab;
     let prompt: Vec<u32> = (0..40u32).map(|i| 100 + i * 37).collect();
-    let mut base = model.new_cache(512);
-    model
-        .forward(&be, &prompt, &mut base, Logits::None)
-        .unwrap();
     let next: Vec<u32> = (0..17u32).map(|i| 2000 + i * 91).collect();
     let mut single = Vec::new();
     let mut c = model.new_cache(512);
