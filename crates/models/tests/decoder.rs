@@ -109,6 +109,44 @@ fn kept_intermediates_change_no_result() {
     });
 }
 
+/// Draft verification: a forward of up to `verify_rows` rows gives each row the logits of a
+/// one-row decode bit for bit, so drafting never changes a greedy token.
+#[test]
+fn verification_rows_equal_one_row_decodes() {
+    for arch in ["llama", "gemma3"] {
+        let (model, _) = fixture(arch);
+        let n_vocab = model.config.n_vocab as u32;
+        let prompt: Vec<u32> = (0..23).map(|i| (7 + i * 13) % n_vocab).collect();
+        let next: Vec<u32> = (0..16).map(|i| (3 + i * 29) % n_vocab).collect();
+        for threads in [1, 2, 3] {
+            let be = CpuBackend::new(threads);
+            let rows = ishizuki_core::Backend::verify_rows(&be).min(next.len());
+            let mut cache = model.new_cache(64);
+            model
+                .forward(&be, &prompt, &mut cache, Logits::None)
+                .unwrap();
+            let alone: Vec<f32> = next[..rows]
+                .iter()
+                .flat_map(|&t| model.forward(&be, &[t], &mut cache, Logits::Last).unwrap())
+                .collect();
+            for k in 2..=rows {
+                cache.truncate(prompt.len());
+                let together = model
+                    .forward(&be, &next[..k], &mut cache, Logits::All)
+                    .unwrap();
+                let same = together
+                    .iter()
+                    .zip(&alone)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same,
+                    "{arch}, {threads} threads: {k} rows differ from one-row decodes"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn prompt_longer_than_context_is_an_error() {
     let (model, reference) = fixture("llama");

@@ -119,6 +119,8 @@ thread_local! {
     static SCORES: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
     /// The caller's partials of a call whose keys are split, one slot per task.
     static PARTIALS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// The caller's per-row task plan.
+    static PLAN: RefCell<Vec<RowTasks>> = const { RefCell::new(Vec::new()) };
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -150,76 +152,112 @@ pub fn attention(
         )));
     }
     let group = nh / nkv;
+    // verification rows must equal one-row calls bit for bit: each row is split as if alone
+    let verify = rows <= crate::VERIFY_ROWS;
     #[cfg(target_arch = "x86_64")]
-    if attend_blocks(pool, q, k, v, capacity, positions, p, out) {
+    if !verify && attend_blocks(pool, q, k, v, capacity, positions, p, out) {
         return Ok(());
     }
-    let longest = positions.iter().map(|&p| p as usize + 1).max().unwrap_or(0);
     let want_tasks = 2 * pool.n_threads();
-    let splits = if rows * nkv >= want_tasks {
-        1
-    } else {
-        want_tasks
-            .div_ceil(rows * nkv)
-            .min(longest.div_ceil(MIN_KEYS_PER_SPLIT))
-            .max(1)
-    };
-    let n_tasks = rows * nkv * splits;
-    let slot = partial_len(group, hd);
-    PARTIALS.with_borrow_mut(|partials| {
-        partials.resize(if splits > 1 { n_tasks * slot } else { 0 }, 0.0);
-        let parts = SharedMut(partials.as_mut_ptr());
-        attend_rows(pool, q, k, v, capacity, positions, p, splits, parts, out);
-        if splits > 1 {
-            for unit in 0..rows * nkv {
-                let (row, kvh) = (unit / nkv, unit % nkv);
-                let o = &mut out[(row * nh + kvh * group) * hd..][..group * hd];
-                merge(
-                    &partials[unit * splits * slot..][..splits * slot],
-                    group,
-                    hd,
-                    o,
-                );
-            }
+    let splits_for = |units: usize, keys: usize| {
+        if units >= want_tasks {
+            1
+        } else {
+            want_tasks
+                .div_ceil(units)
+                .min(keys.div_ceil(MIN_KEYS_PER_SPLIT))
+                .max(1)
         }
+    };
+    let longest = positions.iter().map(|&p| p as usize + 1).max().unwrap_or(0);
+    let uniform = splits_for(rows * nkv, longest);
+    let slot = partial_len(group, hd);
+    PLAN.with_borrow_mut(|plan| {
+        plan.clear();
+        let mut first_task = 0;
+        for &pos in positions {
+            let splits = if verify {
+                splits_for(nkv, pos as usize + 1)
+            } else {
+                uniform
+            };
+            plan.push(RowTasks { first_task, splits });
+            first_task += nkv * splits;
+        }
+        let any_split = plan.iter().any(|r| r.splits > 1);
+        PARTIALS.with_borrow_mut(|partials| {
+            partials.resize(if any_split { first_task * slot } else { 0 }, 0.0);
+            let parts = SharedMut(partials.as_mut_ptr());
+            let work = RowWork {
+                q,
+                k,
+                v,
+                capacity,
+                positions,
+                p,
+            };
+            attend_rows(pool, &work, plan, first_task, parts, out);
+            for (row, tasks) in plan.iter().enumerate().filter(|(_, r)| r.splits > 1) {
+                for kvh in 0..nkv {
+                    let o = &mut out[(row * nh + kvh * group) * hd..][..group * hd];
+                    let first = (tasks.first_task + kvh * tasks.splits) * slot;
+                    merge(&partials[first..][..tasks.splits * slot], group, hd, o);
+                }
+            }
+        });
     });
     Ok(())
 }
 
-/// The per-row path's tasks: query row, KV head and key range `split` of `splits` each; a
-/// task writes its partial into its slot of `parts` when `splits > 1`, else its heads' rows
-/// of `out`.
-#[allow(clippy::too_many_arguments)]
+/// One query row's tasks in the per-row path: `nkv * splits` of them from `first_task`, KV
+/// head major.
+#[derive(Clone, Copy)]
+struct RowTasks {
+    first_task: usize,
+    splits: usize,
+}
+
+/// The per-row path's inputs, shapes checked by `attention`.
+struct RowWork<'a> {
+    q: &'a [f32],
+    k: &'a [f16],
+    v: &'a [f16],
+    capacity: usize,
+    positions: &'a [u32],
+    p: &'a AttnParams,
+}
+
+/// The per-row path's tasks: query row, KV head and key range `split` of the row's `splits`
+/// each; a task writes its partial into its slot of `parts` when its row is split, else its
+/// heads' rows of `out`.
 fn attend_rows(
     pool: &ThreadPool,
-    q: &[f32],
-    k: &[f16],
-    v: &[f16],
-    capacity: usize,
-    positions: &[u32],
-    p: &AttnParams,
-    splits: usize,
+    w: &RowWork,
+    plan: &[RowTasks],
+    n_tasks: usize,
     parts: SharedMut<f32>,
     out: &mut [f32],
 ) {
+    let p = w.p;
     let (hd, nh, nkv) = (p.head_dim, p.n_head, p.n_head_kv);
     let group = nh / nkv;
     let slot = partial_len(group, hd);
     let out_ptr = SharedMut(out.as_mut_ptr());
-    pool.run(positions.len() * nkv * splits, &|task| {
-        let (unit, split) = (task / splits, task % splits);
-        let (row, kvh) = (unit / nkv, unit % nkv);
-        let pos = positions[row] as usize;
-        let first = p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+    pool.run(n_tasks, &|task| {
+        let row = plan.partition_point(|r| r.first_task <= task) - 1;
+        let RowTasks { first_task, splits } = plan[row];
+        let (kvh, split) = ((task - first_task) / splits, (task - first_task) % splits);
+        let pos = w.positions[row] as usize;
+        let first = p.window.map_or(0, |win| (pos + 1).saturating_sub(win));
         let per = (pos + 1 - first).div_ceil(splits);
         let (j0, j1) = (
             first + split * per,
             (first + (split + 1) * per).min(pos + 1),
         );
         let at = (row * nh + kvh * group) * hd;
-        let kv = kvh * capacity * hd..(kvh + 1) * capacity * hd;
-        let qs = &q[at..][..group * hd];
-        let kv = (&k[kv.clone()], &v[kv]);
+        let kv = kvh * w.capacity * hd..(kvh + 1) * w.capacity * hd;
+        let qs = &w.q[at..][..group * hd];
+        let kv = (&w.k[kv.clone()], &w.v[kv]);
         if splits == 1 {
             SCORES.with_borrow_mut(|(scores, part)| {
                 part.resize(slot, 0.0);
