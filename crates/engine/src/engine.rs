@@ -1,17 +1,15 @@
 //! Running prepared requests on one model: prefix-cache reuse, chunked prefill that stops
 //! within a chunk of a cancellation, decode, and text-level events out.
+use crate::decode::Drafting;
+use crate::draft::{DraftModel, DraftSource, Governor, PromptLookup, RowCosts};
 use crate::events::{
-    Done, Event, FailureKind, FinishReason, Timings, TokenLogprob, TopLogprob, Usage,
+    Done, DraftUsage, Event, FailureKind, FinishReason, Timings, TokenLogprob, TopLogprob, Usage,
 };
-use crate::output::{OutputProcessor, Piece};
 use crate::prefix_cache::{PrefixCache, Slot};
 use crate::prompt::{Prepared, TextModel};
-use crate::request::ToolCall;
-use crate::sampler::Sampler;
 use crate::stats::EngineStats;
 use ishizuki_core::Backend;
 use ishizuki_models::{Logits, Model};
-use llguidance::Matcher;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -26,10 +24,22 @@ pub struct Engine {
     cache: PrefixCache,
     pub stats: Arc<EngineStats>,
     prefill_chunk: usize,
+    drafter: Drafter,
+}
+
+/// What the engine drafts with: prompt lookup, or a draft model while it pays.
+struct Drafter {
+    enabled: bool,
+    always: bool,
+    lookup: PromptLookup,
+    model: Option<DraftModel>,
+    /// Why the draft model turned itself off, once it did.
+    model_off: Option<String>,
+    costs: RowCosts,
 }
 
 /// Where a run ended before it finished normally.
-enum Halt {
+pub(crate) enum Halt {
     Cancelled,
     Fault(String),
 }
@@ -55,7 +65,41 @@ impl Engine {
             cache: PrefixCache::new(slots, n_ctx),
             stats: Arc::new(EngineStats::default()),
             prefill_chunk: PREFILL_CHUNK,
+            drafter: Drafter {
+                enabled: true,
+                always: false,
+                lookup: PromptLookup::new(),
+                model: None,
+                model_off: None,
+                costs: RowCosts::default(),
+            },
         }
+    }
+
+    /// Drafting on (the default) or off for every request.
+    pub fn with_drafting(mut self, on: bool) -> Engine {
+        self.drafter.enabled = on;
+        self
+    }
+
+    /// Drafts whenever the source proposes, whether it pays or not: for tests that hold
+    /// drafting to exactness whatever the hardware.
+    pub fn with_drafting_always(mut self) -> Engine {
+        self.drafter.always = true;
+        self
+    }
+
+    /// Drafts with `draft` (a model of the same vocabulary, checked by the caller) instead of
+    /// prompt lookup, for as long as it pays.
+    pub fn with_draft_model(mut self, draft: DraftModel) -> Engine {
+        self.drafter.model = Some(draft);
+        self.stats.draft_model_active.store(1, Ordering::Relaxed);
+        self
+    }
+
+    /// Why the draft model stopped drafting, if it did.
+    pub fn draft_model_off(&self) -> Option<&str> {
+        self.drafter.model_off.as_deref()
     }
 
     /// Prompt tokens per prefill forward (at least twice the backend's invariant rows).
@@ -129,7 +173,7 @@ struct Run {
     generated: Vec<u32>,
 }
 
-fn check(sink_ok: bool, cancel: &AtomicBool) -> Result<(), Halt> {
+pub(crate) fn check(sink_ok: bool, cancel: &AtomicBool) -> Result<(), Halt> {
     if !sink_ok || cancel.load(Ordering::Relaxed) {
         Err(Halt::Cancelled)
     } else {
@@ -166,6 +210,7 @@ impl Run {
             cache,
             stats,
             prefill_chunk,
+            drafter,
         } = engine;
         let t0 = Instant::now();
         let prompt = &p.tokens;
@@ -208,8 +253,20 @@ impl Run {
         let mask = mask.map(joined).transpose()?;
         self.timings.prefill_secs = t0.elapsed().as_secs_f64();
         let t1 = Instant::now();
-        let decoded = step.decode(slot, logits, matcher, mask, &mut self.generated, sink);
+        let mut drafting = drafter.for_request(p, &**backend);
+        let decoded = step.decode(
+            slot,
+            logits,
+            (matcher, mask),
+            &mut self.generated,
+            &mut drafting,
+            sink,
+        );
         self.timings.decode_secs = t1.elapsed().as_secs_f64();
+        if let Some((usage, off)) = drafting.map(|dr| (dr.usage(), dr.off_reason)) {
+            self.usage.draft = Some(usage);
+            drafter.account(stats, &usage, off);
+        }
         let (finish, stop_sequence) = decoded?;
         let mut done = self.done(finish);
         done.stop_sequence = stop_sequence;
@@ -229,21 +286,59 @@ impl Run {
     }
 }
 
-/// What one request's forwards need, borrowed from the engine.
-struct Step<'a> {
-    text: &'a TextModel,
-    model: &'a Model,
-    be: &'a dyn Backend,
-    stats: &'a EngineStats,
-    p: &'a Prepared,
-    cancel: &'a AtomicBool,
-    chunk: usize,
+impl Drafter {
+    /// This request's drafting, unless it or the engine turned drafting off or the backend's
+    /// forwards of several rows differ from one-row forwards (drafting would change output).
+    fn for_request<'a>(&'a mut self, p: &Prepared, be: &dyn Backend) -> Option<Drafting<'a>> {
+        if !self.enabled || !p.request.draft || be.verify_rows() < 2 {
+            return None;
+        }
+        let source: &mut dyn DraftSource = match (&mut self.model, &self.model_off) {
+            (Some(m), None) => m,
+            _ => &mut self.lookup,
+        };
+        Some(Drafting {
+            source,
+            costs: &mut self.costs,
+            governor: Governor::default(),
+            max_rows: be.verify_rows(),
+            always: self.always,
+            steps: 0,
+            off_reason: None,
+        })
+    }
+
+    /// Adds a request's drafting to the counters; a draft model that turned itself off stays
+    /// off, for the reason given.
+    fn account(&mut self, stats: &EngineStats, u: &DraftUsage, off: Option<String>) {
+        let add = |a: &AtomicU64, n: usize| a.fetch_add(n as u64, Ordering::Relaxed);
+        add(&stats.draft_tokens, u.drafted_tokens);
+        add(&stats.draft_accepted, u.accepted_tokens);
+        add(&stats.decode_steps, u.decode_steps);
+        if let Some(reason) = off.filter(|_| u.source == "model") {
+            self.model_off = Some(reason);
+            stats.draft_model_active.store(0, Ordering::Relaxed);
+        }
+    }
 }
 
-type Mask = toktrie::SimpleVob;
+/// What one request's forwards need, borrowed from the engine.
+pub(crate) struct Step<'a> {
+    pub text: &'a TextModel,
+    pub model: &'a Model,
+    pub be: &'a dyn Backend,
+    pub stats: &'a EngineStats,
+    pub p: &'a Prepared,
+    pub cancel: &'a AtomicBool,
+    pub chunk: usize,
+}
+
+pub(crate) type Mask = toktrie::SimpleVob;
 
 /// A mask from the thread that computed it; a constraint error fails the request.
-fn joined<E: std::fmt::Display>(r: std::thread::Result<Result<Mask, E>>) -> Result<Mask, Halt> {
+pub(crate) fn joined<E: std::fmt::Display>(
+    r: std::thread::Result<Result<Mask, E>>,
+) -> Result<Mask, Halt> {
     match r {
         Ok(Ok(mask)) => Ok(mask),
         Ok(Err(e)) => Err(Halt::Fault(format!("constraint error: {e}"))),
@@ -302,148 +397,11 @@ impl Step<'_> {
         }
         Ok(logits)
     }
-
-    /// Samples until a stop; each next mask is computed while the forward runs.
-    fn decode(
-        &self,
-        slot: &mut Slot,
-        mut logits: Vec<f32>,
-        mut matcher: Option<Matcher>,
-        mut mask: Option<Mask>,
-        generated: &mut Vec<u32>,
-        sink: &mut dyn FnMut(Event) -> bool,
-    ) -> Result<(FinishReason, Option<String>), Halt> {
-        let (p, text) = (self.p, self.text);
-        let mut out = OutputProcessor::new(
-            &text.tokenizer,
-            &p.request.stop,
-            p.parse_reasoning,
-            p.starts_in_reasoning,
-            p.request
-                .parse_tool_calls
-                .then(|| (text.tool_syntax, tool_names(&p.request))),
-        );
-        let mut pieces = Vec::new();
-        let mut sampler = Sampler::new(p.request.sampler.clone());
-        let mut history = p.tokens.clone();
-        let want_top = p.request.logprobs;
-        let finish = loop {
-            if generated.len() >= p.max_tokens {
-                break FinishReason::Length;
-            }
-            let raw = want_top.map(|_| logits.clone());
-            if let Some(m) = mask.as_ref().filter(|_| !out.in_reasoning()) {
-                apply_mask(&mut logits, m);
-            }
-            let id = sampler.sample(&mut logits, &history);
-            generated.push(id);
-            history.push(id);
-            self.stats.generation_tokens.fetch_add(1, Ordering::Relaxed);
-            if text.tokenizer.is_eog(id) {
-                break FinishReason::EndOfTurn;
-            }
-            let constrained = mask.is_some() && !out.in_reasoning();
-            if let (true, Some(m)) = (constrained, matcher.as_mut()) {
-                m.consume_token(id)
-                    .map_err(|e| Halt::Fault(format!("constraint error: {e}")))?;
-            }
-            let going = out.push_token(id, &mut pieces);
-            let scores = match (&raw, want_top) {
-                (Some(row), Some(n)) => vec![token_logprob(text, id, Some(row), row, n)],
-                _ => Vec::new(),
-            };
-            check(flush(&mut pieces, sink, scores), self.cancel)?;
-            if !going {
-                break FinishReason::StopSequence;
-            }
-            if slot.cache.len() >= slot.cache.n_ctx() || generated.len() >= p.max_tokens {
-                break FinishReason::Length;
-            }
-            let (next, next_mask) = std::thread::scope(|s| {
-                let job = matcher
-                    .as_mut()
-                    .map(|m| s.spawn(move || m.compute_mask_or_eos()));
-                let next = self
-                    .model
-                    .forward(self.be, &[id], &mut slot.cache, Logits::Last);
-                (next, job.map(|j| j.join()))
-            });
-            logits = next?;
-            mask = next_mask.map(joined).transpose()?;
-            slot.tokens.push(id);
-        };
-        out.finish(&mut pieces);
-        let finish = if out.calls_seen() > 0 && finish != FinishReason::Length {
-            FinishReason::ToolCalls
-        } else {
-            finish
-        };
-        flush(&mut pieces, sink, Vec::new());
-        Ok((finish, out.stopped_by.clone()))
-    }
-}
-
-fn tool_names(r: &crate::request::Request) -> Vec<String> {
-    match &r.prompt {
-        crate::request::Prompt::Chat { tools, .. } => {
-            tools.iter().map(|t| t.name.clone()).collect()
-        }
-        _ => Vec::new(),
-    }
-}
-
-/// Tokens the constraint does not allow get no probability.
-fn apply_mask(logits: &mut [f32], mask: &Mask) {
-    for (id, l) in logits.iter_mut().enumerate() {
-        if !mask.is_allowed(id as u32) {
-            *l = f32::NEG_INFINITY;
-        }
-    }
-}
-
-/// Sends the pieces gathered so far; `logprobs` ride on the first text event (or an empty one).
-fn flush(
-    pieces: &mut Vec<Piece>,
-    sink: &mut dyn FnMut(Event) -> bool,
-    mut logprobs: Vec<TokenLogprob>,
-) -> bool {
-    let mut ok = true;
-    for piece in pieces.drain(..) {
-        let event = match piece {
-            Piece::Content(text) => Event::Text {
-                text,
-                logprobs: std::mem::take(&mut logprobs),
-            },
-            Piece::Reasoning(text) => Event::Reasoning(text),
-            Piece::Call(c) => Event::ToolCall(ToolCall {
-                id: call_id(),
-                name: c.name,
-                arguments: c.arguments,
-            }),
-        };
-        ok &= sink(event);
-    }
-    if !logprobs.is_empty() {
-        ok &= sink(Event::Text {
-            text: String::new(),
-            logprobs,
-        });
-    }
-    ok
-}
-
-/// A fresh `call_…` id, unique within the process and unlikely to repeat across restarts.
-fn call_id() -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let seed = crate::sampler::seed_from_time();
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let mut rng = crate::sampler::Rng::new(seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    format!("call_{:016x}{:08x}", rng.next_u64(), n as u32)
 }
 
 /// `id` with its log-probability under `row` (None for an unpredicted first token) and the
 /// `top` most likely alternatives from `top_row`.
-fn token_logprob(
+pub(crate) fn token_logprob(
     text: &TextModel,
     id: u32,
     row: Option<&[f32]>,

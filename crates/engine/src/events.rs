@@ -39,6 +39,42 @@ pub struct Usage {
     /// Prompt tokens whose KV came from the prefix cache.
     pub cached_tokens: usize,
     pub completion_tokens: usize,
+    /// What drafting did, where the request drafted.
+    pub draft: Option<DraftUsage>,
+}
+
+/// Drafting's share of a request: tokens proposed and kept, and the decode forwards it took.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DraftUsage {
+    /// `lookup` or `model`.
+    pub source: &'static str,
+    pub drafted_tokens: usize,
+    pub accepted_tokens: usize,
+    /// Decode forwards, with drafted rows or without.
+    pub decode_steps: usize,
+    /// The draft model turned itself off during this request (it did not pay).
+    pub model_turned_off: bool,
+}
+
+impl DraftUsage {
+    /// Kept drafted tokens over drafted ones (0 when nothing was drafted).
+    pub fn acceptance_rate(&self) -> f64 {
+        if self.drafted_tokens == 0 {
+            0.0
+        } else {
+            self.accepted_tokens as f64 / self.drafted_tokens as f64
+        }
+    }
+
+    /// Tokens per decode forward (1.0 for plain decoding); the first generated token comes from
+    /// the prompt's forward.
+    pub fn tokens_per_step(&self, generated: usize) -> f64 {
+        if self.decode_steps == 0 {
+            1.0
+        } else {
+            generated.saturating_sub(1) as f64 / self.decode_steps as f64
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

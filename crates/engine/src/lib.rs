@@ -1,6 +1,7 @@
 //! The engine: generation at the text level shared by every front (requests in, events out),
 //! sampling, perplexity.
 pub mod constraint;
+mod decode;
 pub mod draft;
 pub mod engine;
 pub mod events;
@@ -14,7 +15,7 @@ pub mod sampler;
 pub mod stats;
 
 pub use engine::Engine;
-pub use events::{Done, Event, FailureKind, FinishReason, TokenLogprob, Usage};
+pub use events::{Done, DraftUsage, Event, FailureKind, FinishReason, TokenLogprob, Usage};
 pub use perplexity::{perplexity, Perplexity};
 pub use prompt::{Prepared, TextModel};
 pub use queue::{CancelOnDrop, EngineHandle};

@@ -109,6 +109,8 @@ pub struct Request {
     pub parse_tool_calls: bool,
     /// Whether a required call may be several calls.
     pub parallel_tool_calls: bool,
+    /// Whether the engine may draft tokens to verify (it never changes the output).
+    pub draft: bool,
 }
 
 impl Request {
@@ -123,6 +125,7 @@ impl Request {
             constraint: None,
             parse_tool_calls: true,
             parallel_tool_calls: true,
+            draft: true,
         }
     }
 }

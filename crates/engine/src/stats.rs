@@ -12,4 +12,10 @@ pub struct EngineStats {
     pub waiting: AtomicU64,
     pub cancelled: AtomicU64,
     pub errors: AtomicU64,
+    /// Tokens drafted and kept, and decode forwards (plain or verifying).
+    pub draft_tokens: AtomicU64,
+    pub draft_accepted: AtomicU64,
+    pub decode_steps: AtomicU64,
+    /// 1 while a draft model is loaded and drafting (0 once it turned itself off).
+    pub draft_model_active: AtomicU64,
 }

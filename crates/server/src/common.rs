@@ -35,6 +35,23 @@ pub fn with_counts(mut response: Response, done: &Done) -> Response {
     response
 }
 
+/// Drafting's numbers on a usage object (an extension: `usage.draft`), where the request drafted.
+pub fn add_draft_usage(v: &mut serde_json::Value, u: &ishizuki_engine::Usage) {
+    if let (Some(d), Some(obj)) = (u.draft, v.as_object_mut()) {
+        obj.insert(
+            "draft".into(),
+            serde_json::json!({
+                "source": d.source,
+                "drafted_tokens": d.drafted_tokens,
+                "accepted_tokens": d.accepted_tokens,
+                "acceptance_rate": d.acceptance_rate(),
+                "decode_steps": d.decode_steps,
+                "tokens_per_step": d.tokens_per_step(u.completion_tokens),
+            }),
+        );
+    }
+}
+
 /// The body as `T`: 413 past the size limit, 400 naming what is wrong with the JSON.
 pub async fn read_json<T: DeserializeOwned>(protocol: Protocol, body: Body) -> ApiResult<T> {
     let bytes = axum::body::to_bytes(body, crate::MAX_BODY_BYTES)

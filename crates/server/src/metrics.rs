@@ -142,6 +142,30 @@ impl Metrics {
                 "Requests that failed inside the engine.",
                 get(&s.errors),
             );
+            counter(
+                &mut out,
+                "spec_decode_num_draft_tokens_total",
+                "Tokens drafted for verification.",
+                get(&s.draft_tokens),
+            );
+            counter(
+                &mut out,
+                "spec_decode_num_accepted_tokens_total",
+                "Drafted tokens the model kept.",
+                get(&s.draft_accepted),
+            );
+            counter(
+                &mut out,
+                "decode_steps_total",
+                "Decode forwards, plain or verifying drafts (tokens per step = generation tokens over these).",
+                get(&s.decode_steps),
+            );
+            gauge(
+                &mut out,
+                "draft_model_active",
+                "1 while a draft model drafts; 0 without one or once it turned itself off.",
+                get(&s.draft_model_active),
+            );
             gauge(
                 &mut out,
                 "num_requests_running",

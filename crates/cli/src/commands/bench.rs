@@ -19,6 +19,10 @@ pub struct BenchArgs {
     /// Tokens to decode (tg tests), comma separated; 0 skips.
     #[arg(short = 'n', long, value_delimiter = ',', default_value = "128")]
     n_gen: Vec<usize>,
+    /// Rows of one forward to time (the cost of verifying drafts), comma separated, e.g.
+    /// 1,2,4,8,16; each forward starts at the test's depth and returns every row's logits.
+    #[arg(long, value_delimiter = ',')]
+    rows: Vec<usize>,
     /// Context depths the tests start at, comma separated.
     #[arg(short = 'd', long, value_delimiter = ',', default_value = "0")]
     depth: Vec<usize>,
@@ -39,9 +43,14 @@ pub struct BenchArgs {
 struct Test {
     n_prompt: usize,
     n_gen: usize,
+    /// Rows of one verification-shaped forward (a rows test when > 0).
+    n_rows: usize,
     n_depth: usize,
     samples_ts: Vec<f64>,
 }
+
+/// Forwards per timed repetition of a rows test.
+const ROW_FORWARDS: usize = 8;
 
 impl Test {
     fn avg(&self) -> f64 {
@@ -58,7 +67,9 @@ impl Test {
     }
 
     fn name(&self) -> String {
-        let base = if self.n_prompt > 0 {
+        let base = if self.n_rows > 0 {
+            format!("rows{}", self.n_rows)
+        } else if self.n_prompt > 0 {
             format!("pp{}", self.n_prompt)
         } else {
             format!("tg{}", self.n_gen)
@@ -95,6 +106,14 @@ fn run_once(
     cache.truncate(t.n_depth);
     let n_vocab = model.config.n_vocab;
     let t0 = Instant::now();
+    if t.n_rows > 0 {
+        let ids = tokens(t.n_rows, n_vocab, rep + 1);
+        for _ in 0..ROW_FORWARDS {
+            cache.truncate(t.n_depth);
+            model.forward(be, &ids, cache, Logits::All)?;
+        }
+        return Ok((ROW_FORWARDS * t.n_rows) as f64 / t0.elapsed().as_secs_f64());
+    }
     if t.n_prompt > 0 {
         let ids = tokens(t.n_prompt, n_vocab, rep + 1);
         for chunk in ids.chunks(2048) {
@@ -124,6 +143,7 @@ fn plan(a: &BenchArgs) -> Vec<Test> {
             tests.push(Test {
                 n_prompt: p,
                 n_gen: 0,
+                n_rows: 0,
                 n_depth: d,
                 samples_ts: Vec::new(),
             });
@@ -132,6 +152,16 @@ fn plan(a: &BenchArgs) -> Vec<Test> {
             tests.push(Test {
                 n_prompt: 0,
                 n_gen: n,
+                n_rows: 0,
+                n_depth: d,
+                samples_ts: Vec::new(),
+            });
+        }
+        for &r in a.rows.iter().filter(|r| **r > 0) {
+            tests.push(Test {
+                n_prompt: 0,
+                n_gen: 0,
+                n_rows: r,
                 n_depth: d,
                 samples_ts: Vec::new(),
             });
@@ -161,7 +191,7 @@ pub fn run(a: BenchArgs) -> CliResult {
     let mut tests = plan(&a);
     let max_ctx = tests
         .iter()
-        .map(|t| t.n_depth + t.n_prompt + t.n_gen)
+        .map(|t| t.n_depth + t.n_prompt + t.n_gen + t.n_rows)
         .max()
         .unwrap_or(1);
     let mut cache = model.new_cache(max_ctx);
@@ -193,14 +223,20 @@ pub fn run(a: BenchArgs) -> CliResult {
             .iter()
             .map(|t| {
                 serde_json::json!({
-                    "n_prompt": t.n_prompt, "n_gen": t.n_gen, "n_depth": t.n_depth,
+                    "n_prompt": t.n_prompt, "n_gen": t.n_gen, "n_rows": t.n_rows, "n_depth": t.n_depth,
                     "avg_ts": t.avg(), "stddev_ts": t.stddev(), "samples_ts": t.samples_ts,
                 })
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
-        print_table(&model, &cpu, &tests, weight_bytes);
+        let (rows, others): (Vec<&Test>, Vec<&Test>) = tests.iter().partition(|t| t.n_rows > 0);
+        if !others.is_empty() {
+            print_table(&model, &cpu, &others, weight_bytes);
+        }
+        if !rows.is_empty() {
+            print_rows_table(&model, &cpu, &rows);
+        }
     }
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     if let Some(peak) = peak {
@@ -216,7 +252,7 @@ pub fn run(a: BenchArgs) -> CliResult {
     Ok(())
 }
 
-fn print_table(model: &Model, be: &CpuBackend, tests: &[Test], weight_bytes: usize) {
+fn print_table(model: &Model, be: &CpuBackend, tests: &[&Test], weight_bytes: usize) {
     let c = &model.config;
     let bw_model = be.read_bandwidth(weight_bytes);
     let bw_1g = be.read_bandwidth(1 << 30);
@@ -240,4 +276,26 @@ fn print_table(model: &Model, be: &CpuBackend, tests: &[Test], weight_bytes: usi
         );
     }
     println!("\nmeasured read bandwidth: {bw_model:.1} GB/s over the weights' size, {bw_1g:.1} GB/s over 1 GiB");
+}
+
+/// Milliseconds per forward of each row count, and its cost in one-row forwards at that depth.
+fn print_rows_table(model: &Model, be: &CpuBackend, tests: &[&Test]) {
+    let ms = |t: &Test| 1e3 * t.n_rows as f64 / t.avg();
+    println!("| model | backend | threads | depth | rows | ms/forward | x one row |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
+    for t in tests {
+        let one = tests
+            .iter()
+            .find(|o| o.n_rows == 1 && o.n_depth == t.n_depth)
+            .map_or("".to_string(), |o| format!("{:.2}", ms(t) / ms(o)));
+        println!(
+            "| {} | {} | {} | {} | {} | {:.2} | {one} |",
+            model.config.arch,
+            be.name(),
+            be.n_threads(),
+            t.n_depth,
+            t.n_rows,
+            ms(t)
+        );
+    }
 }

@@ -10,6 +10,7 @@ pub mod tokenize;
 
 use ishizuki::fetch::resolve_model;
 use ishizuki_cpu::CpuBackend;
+use ishizuki_engine::draft::{check_vocab, DraftModel};
 use ishizuki_engine::{Engine, TextModel};
 use ishizuki_models::Model;
 use ishizuki_text::Tokenizer;
@@ -52,11 +53,46 @@ pub fn load(model_arg: &str, threads: usize) -> CliResult<Loaded> {
     })
 }
 
-/// How an engine is set up: the context, the prefix-cache slots and the name clients see.
+/// How an engine is set up: the context, the prefix-cache slots, the name clients see and
+/// drafting.
 pub struct EngineOptions {
     pub ctx: Option<usize>,
     pub cache_slots: Option<usize>,
     pub alias: Option<String>,
+    pub draft: DraftArgs,
+}
+
+/// Drafting switches shared by `run` and `serve`.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct DraftArgs {
+    /// Turn drafting off (it never changes the output; it only makes decoding faster).
+    #[arg(long)]
+    pub no_draft: bool,
+    /// Draft with this smaller model of the same vocabulary (path or curated name) instead of
+    /// prompt lookup; it turns itself off where it does not pay.
+    #[arg(long, conflicts_with = "no_draft")]
+    pub draft_model: Option<String>,
+}
+
+/// Loads the draft model onto the target's backend, refusing a different vocabulary.
+fn load_draft(
+    arg: &str,
+    target: &Tokenizer,
+    backend: Arc<dyn ishizuki_core::Backend>,
+    n_ctx: usize,
+) -> CliResult<DraftModel> {
+    let path = resolve_model(arg)?;
+    let mut model = Model::load(&path)?;
+    let tokenizer = Tokenizer::from_gguf(model.file())?;
+    check_vocab(target, &tokenizer).map_err(|e| format!("--draft-model {arg}: {e}"))?;
+    model.pack_weights(&*backend);
+    eprintln!(
+        "draft model {} ({}, {} layers)",
+        path.display(),
+        model.config.arch,
+        model.config.n_layer
+    );
+    Ok(DraftModel::new(model, backend, n_ctx))
 }
 
 /// Loads `model_arg` into an engine (model, tokenizer, chat template, backend).
@@ -83,7 +119,16 @@ pub fn load_engine(model_arg: &str, threads: usize, o: &EngineOptions) -> CliRes
         ishizuki_engine::prefix_cache::slots_for_budget(&l.model, n_ctx, budget)
     });
     let backend: Arc<dyn ishizuki_core::Backend> = Arc::new(l.backend);
-    Ok(Engine::new(Arc::new(text), l.model, backend, slots))
+    let draft = match &o.draft.draft_model {
+        Some(arg) => Some(load_draft(arg, &text.tokenizer, backend.clone(), n_ctx)?),
+        None => None,
+    };
+    let mut engine =
+        Engine::new(Arc::new(text), l.model, backend, slots).with_drafting(!o.draft.no_draft);
+    if let Some(d) = draft {
+        engine = engine.with_draft_model(d);
+    }
+    Ok(engine)
 }
 
 /// A curated name as typed, else the file name without `.gguf`.

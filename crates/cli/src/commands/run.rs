@@ -1,11 +1,11 @@
-use super::{load_engine, CliResult, EngineOptions};
-use ishizuki_engine::{Event, Message, Prompt, Request, SamplerConfig, ToolChoice};
+use super::{load_engine, CliResult, DraftArgs, EngineOptions};
+use ishizuki_engine::{DraftUsage, Event, Message, Prompt, Request, SamplerConfig, ToolChoice};
 use std::io::Write;
 use std::sync::atomic::AtomicBool;
 
 #[derive(clap::Args)]
 pub struct RunArgs {
-    /// Model path or curated name (smollm2-135m, gemma3-270m).
+    /// Model path or curated name (smollm2-135m, gemma3-270m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b).
     #[arg(short = 'm', long, default_value = "smollm2-135m")]
     model: String,
     /// The prompt (with --chat: the user message).
@@ -55,6 +55,8 @@ pub struct RunArgs {
     /// Threads (default: all cores).
     #[arg(short = 't', long, default_value_t = 0)]
     threads: usize,
+    #[command(flatten)]
+    draft: DraftArgs,
 }
 
 impl RunArgs {
@@ -116,6 +118,7 @@ pub fn run(a: RunArgs) -> CliResult {
         ctx: a.ctx,
         cache_slots: Some(1),
         alias: None,
+        draft: a.draft.clone(),
     };
     let mut engine = load_engine(&a.model, a.threads, &options)?;
     let mut prepared = engine.text.prepare(request(&a, sampler))?;
@@ -148,6 +151,10 @@ pub fn run(a: RunArgs) -> CliResult {
     let rate = |n: usize, secs: f64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
     let prefill_tps = rate(d.usage.prompt_tokens, d.timings.prefill_secs);
     let decode_tps = rate(d.tokens.len().saturating_sub(1), d.timings.decode_secs);
+    let draft = d
+        .usage
+        .draft
+        .map(|u| draft_json(&u, d.tokens.len(), engine.draft_model_off()));
     if json {
         let out = serde_json::json!({
             "text": text,
@@ -156,16 +163,44 @@ pub fn run(a: RunArgs) -> CliResult {
             "n_gen": d.tokens.len(),
             "prefill_tps": prefill_tps,
             "decode_tps": decode_tps,
+            "draft": draft,
         });
         println!("{out}");
     } else {
         println!();
     }
+    let drafting = match &draft {
+        Some(v) => format!(
+            ", drafting ({}) kept {}/{} tokens, {:.2} tokens per step",
+            v["source"].as_str().unwrap_or(""),
+            v["accepted_tokens"],
+            v["drafted_tokens"],
+            v["tokens_per_step"].as_f64().unwrap_or(1.0)
+        ),
+        None => String::new(),
+    };
     eprintln!(
-        "prompt {} tokens at {prefill_tps:.1} tok/s, generated {} tokens at {decode_tps:.1} tok/s, stop: {:?}",
+        "prompt {} tokens at {prefill_tps:.1} tok/s, generated {} tokens at {decode_tps:.1} tok/s{drafting}, stop: {:?}",
         d.usage.prompt_tokens,
         d.tokens.len(),
         d.finish
     );
+    if let Some(reason) = engine.draft_model_off() {
+        eprintln!("{reason}");
+    }
     Ok(())
+}
+
+/// Drafting's numbers for `--json`: source, tokens drafted and kept, the rate, tokens per step.
+fn draft_json(u: &DraftUsage, generated: usize, model_off: Option<&str>) -> serde_json::Value {
+    serde_json::json!({
+        "source": u.source,
+        "drafted_tokens": u.drafted_tokens,
+        "accepted_tokens": u.accepted_tokens,
+        "acceptance_rate": u.acceptance_rate(),
+        "decode_steps": u.decode_steps,
+        "tokens_per_step": u.tokens_per_step(generated),
+        "model_turned_off": u.model_turned_off,
+        "model_off_reason": model_off,
+    })
 }

@@ -1,11 +1,11 @@
-use super::{load_engine, CliResult, EngineOptions};
+use super::{load_engine, CliResult, DraftArgs, EngineOptions};
 use ishizuki_engine::EngineHandle;
 use ishizuki_server::ServerConfig;
 use std::net::IpAddr;
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
-    /// Model path or curated name (smollm2-135m, gemma3-270m, qwen2.5-coder-0.5b).
+    /// Model path or curated name (smollm2-135m, gemma3-270m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b).
     #[arg(short = 'm', long, default_value = "smollm2-135m")]
     model: String,
     /// Address to listen on; anything but loopback needs --api-key (or --insecure-no-auth).
@@ -34,6 +34,8 @@ pub struct ServeArgs {
     /// Responses kept for `previous_response_id`.
     #[arg(long, default_value_t = 256)]
     response_store: usize,
+    #[command(flatten)]
+    draft: DraftArgs,
 }
 
 pub fn run(a: ServeArgs) -> CliResult {
@@ -48,6 +50,7 @@ pub fn run(a: ServeArgs) -> CliResult {
         ctx: a.ctx,
         cache_slots: a.cache_slots,
         alias: a.alias.clone(),
+        draft: a.draft.clone(),
     };
     let (model, threads) = (a.model.clone(), a.threads);
     let load = Box::new(move || {

@@ -1,7 +1,8 @@
 //! Prompt lookup: the longest n-gram ending the sequence that also occurs earlier (the most
 //! recent occurrence on ties) proposes the tokens that followed it there. A code edit's reply
 //! copies its prompt, so most of its tokens are found this way.
-use super::{DraftSource, MAX_DRAFT};
+use super::{Draft, DraftSource, MAX_DRAFT};
+use crate::sampler::SamplerConfig;
 
 /// Longest and shortest suffix matched.
 const MAX_NGRAM: usize = 8;
@@ -31,17 +32,9 @@ impl PromptLookup {
         let suffix = &t[t.len() - n..];
         (0..t.len() - n).rev().find(|&i| &t[i..i + n] == suffix)
     }
-}
 
-impl DraftSource for PromptLookup {
-    fn begin(&mut self, prompt: &[u32]) {
-        self.tokens.clear();
-        self.tokens.extend_from_slice(prompt);
-        self.len = START_LEN;
-        self.last.clear();
-    }
-
-    fn draft(&mut self, n_max: usize) -> Vec<u32> {
+    /// What followed the longest (then most recent) earlier match of the sequence's end.
+    fn propose(&mut self, n_max: usize) -> Vec<u32> {
         self.last.clear();
         let want = self.len.min(n_max).min(MAX_DRAFT);
         let longest = MAX_NGRAM.min(self.tokens.len().saturating_sub(1));
@@ -57,6 +50,23 @@ impl DraftSource for PromptLookup {
             self.last.extend_from_slice(&self.tokens[from..to]);
         }
         self.last.clone()
+    }
+}
+
+impl DraftSource for PromptLookup {
+    fn name(&self) -> &'static str {
+        "lookup"
+    }
+
+    fn begin(&mut self, prompt: &[u32], _: &SamplerConfig) {
+        self.tokens.clear();
+        self.tokens.extend_from_slice(prompt);
+        self.len = START_LEN;
+        self.last.clear();
+    }
+
+    fn draft(&mut self, n_max: usize) -> Draft {
+        Draft::certain(self.propose(n_max))
     }
 
     fn accept(&mut self, n: usize, next: u32) {
@@ -80,37 +90,37 @@ mod tests {
 
     fn lookup(prompt: &[u32]) -> PromptLookup {
         let mut l = PromptLookup::new();
-        l.begin(prompt);
+        l.begin(prompt, &SamplerConfig::greedy());
         l
     }
 
     #[test]
     fn proposes_what_followed_the_suffix_earlier() {
         let mut l = lookup(&[1, 2, 3, 4, 5, 6, 9, 1, 2]);
-        assert_eq!(l.draft(16), vec![3, 4, 5, 6]);
+        assert_eq!(l.draft(16).tokens, vec![3, 4, 5, 6]);
     }
 
     #[test]
     fn longest_match_wins_then_the_most_recent() {
         // [7, 1, 2] occurs once (followed by 30); [1, 2] alone most recently by 40
         let mut l = lookup(&[7, 1, 2, 30, 31, 5, 1, 2, 40, 41, 7, 1, 2]);
-        assert_eq!(l.draft(2), vec![30, 31]);
+        assert_eq!(l.draft(2).tokens, vec![30, 31]);
         let mut l = lookup(&[1, 2, 30, 5, 1, 2, 40, 6, 1, 2]);
-        assert_eq!(l.draft(1), vec![40]);
+        assert_eq!(l.draft(1).tokens, vec![40]);
     }
 
     #[test]
     fn nothing_to_draft_without_a_match() {
-        assert!(lookup(&[1, 2, 3, 4, 5]).draft(16).is_empty());
-        assert!(lookup(&[1]).draft(16).is_empty());
-        assert!(lookup(&[]).draft(16).is_empty());
-        assert!(lookup(&[1, 2, 1, 2]).draft(0).is_empty());
+        assert!(lookup(&[1, 2, 3, 4, 5]).draft(16).tokens.is_empty());
+        assert!(lookup(&[1]).draft(16).tokens.is_empty());
+        assert!(lookup(&[]).draft(16).tokens.is_empty());
+        assert!(lookup(&[1, 2, 1, 2]).draft(0).tokens.is_empty());
     }
 
     #[test]
     fn the_draft_stops_at_the_end_of_the_sequence() {
         let mut l = lookup(&[5, 6, 7, 5, 6]);
-        assert_eq!(l.draft(16), vec![7, 5, 6]);
+        assert_eq!(l.draft(16).tokens, vec![7, 5, 6]);
     }
 
     #[test]
@@ -119,24 +129,24 @@ mod tests {
         let mut prompt = text.clone();
         prompt.extend_from_slice(&text[..3]);
         let mut l = lookup(&prompt);
-        let d = l.draft(16);
+        let d = l.draft(16).tokens;
         assert_eq!(d, vec![3, 4, 5, 6]);
         l.accept(4, 7);
-        let d = l.draft(16);
+        let d = l.draft(16).tokens;
         assert_eq!(d, (8..16).collect::<Vec<_>>());
         l.accept(8, 16);
         assert_eq!(l.draft(16).len(), 16);
         l.accept(0, 999);
         // the sequence now ends ..., 16, 999: no earlier [16, 999]
-        assert!(l.draft(16).is_empty());
+        assert!(l.draft(16).tokens.is_empty());
         l.accept(0, 17);
-        assert!(l.draft(16).is_empty(), "[999, 17] never occurred");
+        assert!(l.draft(16).tokens.is_empty(), "[999, 17] never occurred");
     }
 
     #[test]
     fn kept_tokens_and_the_next_one_join_the_sequence() {
         let mut l = lookup(&[1, 2, 3, 4, 8, 1, 2]);
-        assert_eq!(l.draft(16), vec![3, 4, 8, 1]);
+        assert_eq!(l.draft(16).tokens, vec![3, 4, 8, 1]);
         l.accept(2, 9); // 1 2 3 4 8 1 2 3 4 9
         assert_eq!(l.tokens, vec![1, 2, 3, 4, 8, 1, 2, 3, 4, 9]);
         assert_eq!(l.len, START_LEN);

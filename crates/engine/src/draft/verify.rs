@@ -89,6 +89,17 @@ pub struct Verdict {
     pub next: u32,
 }
 
+/// Verifies one drafted token `x` (proposed by `q`) against the target's distribution `p` for
+/// its position: `None` keeps it, `Some(y)` rejects it for `y`, drawn from the residual.
+pub fn verify_one(p: &Distribution, q: &Proposal, x: u32, rng: &mut Rng) -> Option<u32> {
+    let a = accept_probability(p, q, x);
+    // a = 1 accepts without spending a draw, so greedy verification uses no randomness
+    if a >= 1.0 || (a > 0.0 && rng.next_f64() < a) {
+        return None;
+    }
+    Some(residual(p, q, x).draw(rng).unwrap_or(x))
+}
+
 /// `drafted[i]` was proposed by `proposals[i]`; `targets[i]` is the target's distribution for
 /// the position of `drafted[i]` (so `targets` has one more row, for the token after a full
 /// accept). Greedy targets are one-hot and make this "accept while the argmax agrees".
@@ -101,14 +112,9 @@ pub fn verify(
     assert_eq!(drafted.len(), proposals.len());
     assert_eq!(targets.len(), drafted.len() + 1);
     for (i, (&x, q)) in drafted.iter().zip(proposals).enumerate() {
-        let p = &targets[i];
-        let a = accept_probability(p, q, x);
-        // a = 1 accepts without spending a draw, so greedy verification uses no randomness
-        if a >= 1.0 || (a > 0.0 && rng.next_f64() < a) {
-            continue;
+        if let Some(next) = verify_one(&targets[i], q, x, rng) {
+            return Verdict { accepted: i, next };
         }
-        let next = residual(p, q, x).draw(rng).unwrap_or(x);
-        return Verdict { accepted: i, next };
     }
     let last = &targets[drafted.len()];
     let next = last.draw(rng).unwrap_or(0);

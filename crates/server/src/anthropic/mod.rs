@@ -33,6 +33,8 @@ pub struct MessagesRequest {
     pub tools: Option<Vec<Value>>,
     pub tool_choice: Option<Value>,
     pub thinking: Option<Value>,
+    /// `false` turns drafting off for this request (an extension; it never changes the output).
+    pub draft: Option<bool>,
 }
 
 fn bad(message: String) -> ApiError {
@@ -243,6 +245,7 @@ impl MessagesRequest {
             ..Sampling::default()
         };
         r.sampler = sampling.config().map_err(|e| bad(e.message))?;
+        r.draft = self.draft.unwrap_or(true);
         r.max_tokens = match (
             token_limit("max_tokens", self.max_tokens).map_err(|e| bad(e.message))?,
             counting,
@@ -274,8 +277,10 @@ fn stop_reason(d: &Done) -> &'static str {
 
 /// Anthropic counts cache reads apart from `input_tokens`.
 fn usage(u: &Usage) -> Value {
-    json!({"input_tokens": u.prompt_tokens - u.cached_tokens, "output_tokens": u.completion_tokens,
-           "cache_read_input_tokens": u.cached_tokens, "cache_creation_input_tokens": 0})
+    let mut v = json!({"input_tokens": u.prompt_tokens - u.cached_tokens, "output_tokens": u.completion_tokens,
+           "cache_read_input_tokens": u.cached_tokens, "cache_creation_input_tokens": 0});
+    crate::common::add_draft_usage(&mut v, u);
+    v
 }
 
 fn tool_use_id(call: &ToolCall) -> String {
@@ -409,7 +414,7 @@ impl Streamer {
                 let u = Usage {
                     prompt_tokens,
                     cached_tokens,
-                    completion_tokens: 0,
+                    ..Usage::default()
                 };
                 let message = json!({"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [],
                     "stop_reason": null, "stop_sequence": null, "usage": usage(&u)});

@@ -163,6 +163,7 @@ impl ChatRequest {
             template_kwargs: kwargs,
         });
         r.sampler = self.sampling.config()?;
+        r.draft = self.sampling.draft.unwrap_or(true);
         r.max_tokens = token_limit(
             "max_completion_tokens",
             self.max_completion_tokens.or(self.max_tokens),

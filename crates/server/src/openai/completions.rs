@@ -98,6 +98,7 @@ impl CompletionRequest {
             .map(|prompt| {
                 let mut r = Request::new(prompt);
                 r.sampler = sampler.clone();
+                r.draft = self.sampling.draft.unwrap_or(true);
                 r.max_tokens = Some(max_tokens);
                 r.stop = stop.clone();
                 r.logprobs = logprobs;
@@ -193,6 +194,15 @@ pub async fn handle(State(state): State<Arc<AppState>>, body: Body) -> ApiResult
         usage.prompt_tokens += u.prompt_tokens;
         usage.cached_tokens += u.cached_tokens;
         usage.completion_tokens += u.completion_tokens;
+        if let Some(d) = u.draft {
+            let sum = usage.draft.get_or_insert(ishizuki_engine::DraftUsage {
+                source: d.source,
+                ..Default::default()
+            });
+            sum.drafted_tokens += d.drafted_tokens;
+            sum.accepted_tokens += d.accepted_tokens;
+            sum.decode_steps += d.decode_steps;
+        }
         choices.push(choice(i, &c, echo_texts[i].as_deref(), want_logprobs));
     }
     let body = json!({"id": id, "object": "text_completion", "created": created, "model": model, "choices": choices, "usage": usage_json(&usage)});

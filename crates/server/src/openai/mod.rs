@@ -57,6 +57,8 @@ pub struct Sampling {
     pub repetition_penalty: Option<f32>,
     pub repeat_penalty: Option<f32>,
     pub seed: Option<i64>,
+    /// `false` turns drafting off for this request (it never changes the output).
+    pub draft: Option<bool>,
 }
 
 impl Sampling {
@@ -239,10 +241,12 @@ pub fn chat_logprobs(entries: &[TokenLogprob]) -> Value {
 }
 
 pub fn usage_json(u: &ishizuki_engine::Usage) -> Value {
-    json!({
+    let mut v = json!({
         "prompt_tokens": u.prompt_tokens,
         "completion_tokens": u.completion_tokens,
         "total_tokens": u.prompt_tokens + u.completion_tokens,
         "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
-    })
+    });
+    crate::common::add_draft_usage(&mut v, u);
+    v
 }

@@ -235,6 +235,7 @@ impl ResponsesRequest {
             template_kwargs: kwargs,
         });
         r.sampler = self.sampling.config()?;
+        r.draft = self.sampling.draft.unwrap_or(true);
         r.max_tokens = token_limit("max_output_tokens", self.max_output_tokens)?;
         r.constraint = constraint(self.text.as_ref().and_then(|t| t.get("format")), None, None)?;
         r.parse_tool_calls = has_tools;
@@ -259,11 +260,16 @@ impl Shell {
         usage: Option<&Usage>,
         reasoning_tokens: usize,
     ) -> Value {
-        let mut v = json!({"id": self.id, "object": "response", "created_at": self.created, "status": status, "model": self.model,
-            "output": output, "error": null, "incomplete_details": null, "usage": usage.map(|u| json!({
+        let usage = usage.map(|u| {
+            let mut v = json!({
                 "input_tokens": u.prompt_tokens, "input_tokens_details": {"cached_tokens": u.cached_tokens},
                 "output_tokens": u.completion_tokens, "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
-                "total_tokens": u.prompt_tokens + u.completion_tokens}))});
+                "total_tokens": u.prompt_tokens + u.completion_tokens});
+            crate::common::add_draft_usage(&mut v, u);
+            v
+        });
+        let mut v = json!({"id": self.id, "object": "response", "created_at": self.created, "status": status, "model": self.model,
+            "output": output, "error": null, "incomplete_details": null, "usage": usage});
         if let (Some(obj), Some(echo)) = (v.as_object_mut(), self.echo.as_object()) {
             obj.extend(echo.clone());
         }

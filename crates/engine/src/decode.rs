@@ -1,0 +1,389 @@
+//! Decode with drafting: each forward runs the last sampled token and the tokens drafted after
+//! it; every row is then sampled or verified in order, through the same stops, end tokens,
+//! token limit and grammar as plain decoding, so drafting changes no output (greedy: token for
+//! token; sampled: in distribution). A step with no draft is exactly a plain step.
+use crate::draft::{verify_one, Draft, DraftSource, Governor, RowCosts, MAX_DRAFT};
+use crate::engine::{check, joined, token_logprob, Halt, Mask, Step};
+use crate::events::{DraftUsage, Event, FinishReason, TokenLogprob};
+use crate::output::{OutputProcessor, Piece};
+use crate::prefix_cache::Slot;
+use crate::request::ToolCall;
+use crate::sampler::Sampler;
+use ishizuki_models::Logits;
+use llguidance::Matcher;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+/// A request's drafting: its source, its governor and the engine's measured forward costs.
+pub struct Drafting<'a> {
+    pub source: &'a mut dyn DraftSource,
+    pub costs: &'a mut RowCosts,
+    pub governor: Governor,
+    /// Rows a verification forward may have (the backend's row-invariant limit).
+    pub max_rows: usize,
+    /// Draft whatever the source proposes, paying or not (tests of exactness).
+    pub always: bool,
+    pub steps: usize,
+    /// Why a draft model stopped drafting (it did not pay): plain steps from then on.
+    pub off_reason: Option<String>,
+}
+
+impl Drafting<'_> {
+    pub fn usage(&self) -> DraftUsage {
+        DraftUsage {
+            source: self.source.name(),
+            drafted_tokens: self.governor.drafted,
+            accepted_tokens: self.governor.kept,
+            decode_steps: self.steps,
+            model_turned_off: self.off_reason.is_some(),
+        }
+    }
+
+    /// The drafter's time per token in plain steps.
+    fn draft_cost(&self) -> f64 {
+        match self.costs.plain_secs() {
+            Some(plain) => self.source.secs_per_token() / plain,
+            None => 0.0,
+        }
+    }
+}
+
+/// The state one decode carries from row to row.
+struct Decoder<'s, 'a> {
+    step: &'s Step<'a>,
+    out: OutputProcessor<'a>,
+    pieces: Vec<Piece>,
+    sampler: Sampler,
+    history: Vec<u32>,
+    matcher: Option<Matcher>,
+}
+
+/// How a forward's rows ended: drafted tokens kept, the token after them, or the finish.
+struct Rows {
+    kept: usize,
+    next: Option<u32>,
+    finish: Option<FinishReason>,
+}
+
+impl Step<'_> {
+    /// Samples (and verifies drafts) until a stop; each forward's first mask is computed while
+    /// the forward runs.
+    pub(crate) fn decode(
+        &self,
+        slot: &mut Slot,
+        mut logits: Vec<f32>,
+        (matcher, mut mask): (Option<Matcher>, Option<Mask>),
+        generated: &mut Vec<u32>,
+        drafting: &mut Option<Drafting>,
+        sink: &mut dyn FnMut(Event) -> bool,
+    ) -> Result<(FinishReason, Option<String>), Halt> {
+        let (p, text) = (self.p, self.text);
+        let mut d = Decoder {
+            step: self,
+            out: OutputProcessor::new(
+                &text.tokenizer,
+                &p.request.stop,
+                p.parse_reasoning,
+                p.starts_in_reasoning,
+                p.request
+                    .parse_tool_calls
+                    .then(|| (text.tool_syntax, tool_names(&p.request))),
+            ),
+            pieces: Vec::new(),
+            sampler: Sampler::new(p.request.sampler.clone()),
+            history: p.tokens.clone(),
+            matcher,
+        };
+        if let Some(dr) = drafting.as_mut() {
+            dr.source.begin(&p.tokens, &p.request.sampler);
+        }
+        let (mut inputs, mut draft) = (Vec::new(), Draft::default());
+        let finish = loop {
+            let rows = d.rows(&mut logits, &draft, mask.take(), generated, sink);
+            // the cache keeps the forward's first token and the drafted tokens that were kept
+            let kept = rows.as_ref().map_or(0, |r| r.kept);
+            if let Some(&first) = inputs.first() {
+                slot.cache.truncate(slot.tokens.len() + 1 + kept);
+                slot.tokens.push(first);
+                slot.tokens.extend_from_slice(&draft.tokens[..kept]);
+            }
+            let rows = rows?;
+            if let Some(dr) = drafting.as_mut().filter(|_| !inputs.is_empty()) {
+                dr.governor.record(draft.len(), kept);
+                dr.check_pays();
+            }
+            if let Some(finish) = rows.finish {
+                break finish;
+            }
+            let Some(next) = rows.next else {
+                break FinishReason::Length;
+            };
+            if slot.cache.len() >= slot.cache.n_ctx() || generated.len() >= p.max_tokens {
+                break FinishReason::Length;
+            }
+            draft = match drafting.as_mut() {
+                Some(dr) => d.next_draft(dr, kept, next, slot, generated.len())?,
+                None => Draft::default(),
+            };
+            inputs.clear();
+            inputs.push(next);
+            inputs.extend_from_slice(&draft.tokens);
+            let want = if draft.is_empty() {
+                Logits::Last
+            } else {
+                Logits::All
+            };
+            let (next_logits, next_mask, secs) = std::thread::scope(|s| {
+                let job = d
+                    .matcher
+                    .as_mut()
+                    .map(|m| s.spawn(move || m.compute_mask_or_eos()));
+                let t0 = Instant::now();
+                let out = self.model.forward(self.be, &inputs, &mut slot.cache, want);
+                let secs = t0.elapsed().as_secs_f64();
+                (out, job.map(|j| j.join()), secs)
+            });
+            logits = next_logits?;
+            mask = next_mask.map(joined).transpose()?;
+            if let Some(dr) = drafting.as_mut() {
+                dr.costs.record(inputs.len(), secs);
+                dr.steps += 1;
+            }
+        };
+        let Decoder {
+            mut out,
+            mut pieces,
+            ..
+        } = d;
+        out.finish(&mut pieces);
+        let finish = if out.calls_seen() > 0 && finish != FinishReason::Length {
+            FinishReason::ToolCalls
+        } else {
+            finish
+        };
+        flush(&mut pieces, sink, Vec::new());
+        Ok((finish, out.stopped_by.clone()))
+    }
+}
+
+impl Drafting<'_> {
+    /// A draft model whose rate no longer pays turns itself off: plain steps from here on.
+    fn check_pays(&mut self) {
+        if self.always || self.off_reason.is_some() || self.source.name() == "lookup" {
+            return;
+        }
+        let max = self.max_rows.saturating_sub(1).min(MAX_DRAFT);
+        let cost = self.draft_cost();
+        if !self.governor.pays(max, self.costs, cost) {
+            self.off_reason = Some(format!(
+                "the draft model does not pay here: {:.0}% of its tokens kept, each costing {:.2} \
+                 plain steps to draft and {:.2} to verify",
+                100.0 * self.governor.rate(),
+                cost,
+                self.costs.relative(2) - 1.0
+            ));
+        }
+        if let Some(failure) = self.source.failure().filter(|_| self.off_reason.is_none()) {
+            self.off_reason = Some(failure.to_string());
+        }
+    }
+}
+
+impl Decoder<'_, '_> {
+    /// Samples row by row: row i predicts the token after the forward's i-th input; a drafted
+    /// token is verified against it, the first rejection (or the last row) samples the next.
+    fn rows(
+        &mut self,
+        logits: &mut [f32],
+        draft: &Draft,
+        mut first_mask: Option<Mask>,
+        generated: &mut Vec<u32>,
+        sink: &mut dyn FnMut(Event) -> bool,
+    ) -> Result<Rows, Halt> {
+        let p = self.step.p;
+        let n_vocab = self.step.model.config.n_vocab;
+        let mut kept = 0;
+        for (i, row) in logits.chunks_exact_mut(n_vocab).enumerate() {
+            if generated.len() >= p.max_tokens {
+                return Ok(Rows {
+                    kept,
+                    next: None,
+                    finish: Some(FinishReason::Length),
+                });
+            }
+            let raw = p.request.logprobs.map(|_| row.to_vec());
+            let constrained = self.matcher.is_some() && !self.out.in_reasoning();
+            // the mask computed beside the forward holds for its first row only
+            let computed = first_mask.take();
+            if constrained {
+                let m = match computed {
+                    Some(m) => m,
+                    None => self.compute_mask()?,
+                };
+                apply_mask(row, &m);
+            }
+            let id = match draft.tokens.get(i) {
+                Some(&x) => {
+                    let dist = self.sampler.distribution(row, &self.history);
+                    verify_one(&dist, &draft.proposals[i], x, self.sampler.rng()).unwrap_or(x)
+                }
+                None => self.sampler.sample(row, &self.history),
+            };
+            let accepted = draft.tokens.get(i) == Some(&id);
+            if let Some(finish) = self.emit(id, constrained, raw, generated, sink)? {
+                kept += usize::from(accepted);
+                return Ok(Rows {
+                    kept,
+                    next: None,
+                    finish: Some(finish),
+                });
+            }
+            if !accepted {
+                return Ok(Rows {
+                    kept,
+                    next: Some(id),
+                    finish: None,
+                });
+            }
+            kept += 1;
+        }
+        Err(Halt::Fault(format!(
+            "verification: {} rows of logits for a draft of {}",
+            logits.len() / n_vocab,
+            draft.len()
+        )))
+    }
+
+    fn compute_mask(&mut self) -> Result<Mask, Halt> {
+        let m = self.matcher.as_mut().expect("constrained");
+        m.compute_mask_or_eos()
+            .map_err(|e| Halt::Fault(format!("constraint error: {e}")))
+    }
+
+    /// Hands `id` to the output; the finish where it ends generation.
+    fn emit(
+        &mut self,
+        id: u32,
+        constrained: bool,
+        raw: Option<Vec<f32>>,
+        generated: &mut Vec<u32>,
+        sink: &mut dyn FnMut(Event) -> bool,
+    ) -> Result<Option<FinishReason>, Halt> {
+        let (step, text) = (self.step, self.step.text);
+        generated.push(id);
+        self.history.push(id);
+        step.stats.generation_tokens.fetch_add(1, Ordering::Relaxed);
+        if text.tokenizer.is_eog(id) {
+            return Ok(Some(FinishReason::EndOfTurn));
+        }
+        if let (true, Some(m)) = (constrained, self.matcher.as_mut()) {
+            m.consume_token(id)
+                .map_err(|e| Halt::Fault(format!("constraint error: {e}")))?;
+        }
+        let going = self.out.push_token(id, &mut self.pieces);
+        let scores = match (&raw, step.p.request.logprobs) {
+            (Some(row), Some(n)) => vec![token_logprob(text, id, Some(row), row, n)],
+            _ => Vec::new(),
+        };
+        check(flush(&mut self.pieces, sink, scores), step.cancel)?;
+        Ok((!going).then_some(FinishReason::StopSequence))
+    }
+
+    /// Tells the source what was kept and asks for the next draft, as long as the governor,
+    /// the token limit, the context and (for a constrained request) the grammar allow.
+    fn next_draft(
+        &mut self,
+        dr: &mut Drafting,
+        kept: usize,
+        next: u32,
+        slot: &Slot,
+        generated: usize,
+    ) -> Result<Draft, Halt> {
+        dr.source.accept(kept, next);
+        if dr.off_reason.is_some() {
+            return Ok(Draft::default());
+        }
+        let room = slot.cache.n_ctx() - slot.cache.len() - 1;
+        let max = (dr.max_rows.saturating_sub(1))
+            .min(MAX_DRAFT)
+            .min(self.step.p.max_tokens - generated - 1)
+            .min(room);
+        let draft_cost = dr.draft_cost();
+        let k = if dr.always {
+            max
+        } else {
+            dr.governor.choose(max, dr.costs, draft_cost)
+        };
+        if k == 0 {
+            return Ok(Draft::default());
+        }
+        let mut draft = dr.source.draft(k);
+        draft.truncate(k);
+        let constrained = !self.out.in_reasoning();
+        if let (true, Some(m)) = (constrained, self.matcher.as_mut()) {
+            let valid = m
+                .validate_tokens(&draft.tokens)
+                .map_err(|e| Halt::Fault(format!("constraint error: {e}")))?;
+            draft.truncate(valid);
+        }
+        Ok(draft)
+    }
+}
+
+fn tool_names(r: &crate::request::Request) -> Vec<String> {
+    match &r.prompt {
+        crate::request::Prompt::Chat { tools, .. } => {
+            tools.iter().map(|t| t.name.clone()).collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Tokens the constraint does not allow get no probability.
+fn apply_mask(logits: &mut [f32], mask: &Mask) {
+    for (id, l) in logits.iter_mut().enumerate() {
+        if !mask.is_allowed(id as u32) {
+            *l = f32::NEG_INFINITY;
+        }
+    }
+}
+
+/// Sends the pieces gathered so far; `logprobs` ride on the first text event (or an empty one).
+fn flush(
+    pieces: &mut Vec<Piece>,
+    sink: &mut dyn FnMut(Event) -> bool,
+    mut logprobs: Vec<TokenLogprob>,
+) -> bool {
+    let mut ok = true;
+    for piece in pieces.drain(..) {
+        let event = match piece {
+            Piece::Content(text) => Event::Text {
+                text,
+                logprobs: std::mem::take(&mut logprobs),
+            },
+            Piece::Reasoning(text) => Event::Reasoning(text),
+            Piece::Call(c) => Event::ToolCall(ToolCall {
+                id: call_id(),
+                name: c.name,
+                arguments: c.arguments,
+            }),
+        };
+        ok &= sink(event);
+    }
+    if !logprobs.is_empty() {
+        ok &= sink(Event::Text {
+            text: String::new(),
+            logprobs,
+        });
+    }
+    ok
+}
+
+/// A fresh `call_…` id, unique within the process and unlikely to repeat across restarts.
+fn call_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let seed = crate::sampler::seed_from_time();
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let mut rng = crate::sampler::Rng::new(seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    format!("call_{:016x}{:08x}", rng.next_u64(), n as u32)
+}
