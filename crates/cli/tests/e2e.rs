@@ -356,3 +356,111 @@ fn tokenize_and_chat_on_the_real_models() {
         assert!(err.contains("no chat template"), "{err}");
     }
 }
+
+/// 20 prompts through `run` on SmolLM2, greedy: drafting on (the default) gives the tokens
+/// `--no-draft` gives, and reports what it did in `--json`.
+#[test]
+fn run_output_is_the_same_with_drafting_on_and_off() {
+    let Some(path) = model_path("SmolLM2-135M-Instruct.Q4_1.gguf") else {
+        return;
+    };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let model = path.to_str().unwrap();
+    let code = "def area(width, height):\n    if width < 0 or height < 0:\n        raise ValueError(\"negative\")\n    return width * height\n";
+    let prompts = [
+        format!("Rename width to w in this function and reply with the code only:\n{code}"),
+        format!("Rename height to h in this function and reply with the code only:\n{code}"),
+        format!("Add a docstring to this function:\n{code}"),
+        format!("Repeat this code exactly:\n{code}"),
+        "Write a Python function that reverses a string.".into(),
+        "Write a JavaScript function that sums an array.".into(),
+        "What is the capital of France?".into(),
+        "Tell me a short story about a robot.".into(),
+        "Explain photosynthesis in two sentences.".into(),
+        "Why is the sky blue?".into(),
+        "List five colors, one per line.".into(),
+        "List the days of the week.".into(),
+        "Give three tips for sleeping well as bullet points.".into(),
+        "Count from 1 to 20 separated by commas.".into(),
+        "Repeat 'hello world' ten times.".into(),
+        "Traduis en français : I like apples.".into(),
+        "¿Cuál es la capital de España?".into(),
+        "Schreibe einen Satz über Hunde.".into(),
+        "用中文说你好。".into(),
+        "Write a haiku about the sea.".into(),
+    ];
+    let (mut drafted, mut kept) = (0, 0);
+    for p in &prompts {
+        let args = [
+            "run", "-m", model, "--chat", "-p", p, "--temp", "0", "-n", "64", "--json",
+        ];
+        let on = ishizuki(&args);
+        let off = ishizuki(&[&args[..], &["--no-draft"]].concat());
+        assert_eq!(u32s(&on["tokens"]), u32s(&off["tokens"]), "{p}");
+        assert_eq!(on["text"], off["text"], "{p}");
+        assert!(off["draft"].is_null(), "{p}: {off}");
+        let d = &on["draft"];
+        assert_eq!(d["source"], "lookup", "{p}: {on}");
+        drafted += d["drafted_tokens"].as_u64().unwrap();
+        kept += d["accepted_tokens"].as_u64().unwrap();
+    }
+    assert!(kept > 50 && kept <= drafted, "kept {kept} of {drafted}");
+}
+
+/// A draft model of another vocabulary is refused at load, naming the difference.
+#[test]
+fn a_draft_model_of_another_vocabulary_is_an_error() {
+    let (Some(smol), Some(gemma)) = (
+        model_path("SmolLM2-135M-Instruct.Q4_1.gguf"),
+        model_path("gemma-3-270m-q4_k_m.gguf"),
+    ) else {
+        return;
+    };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (smol, gemma) = (smol.to_str().unwrap(), gemma.to_str().unwrap());
+    let err = ishizuki_fails(&[
+        "run",
+        "-m",
+        smol,
+        "--draft-model",
+        gemma,
+        "-p",
+        "Hi",
+        "-n",
+        "2",
+    ]);
+    assert!(
+        err.contains("the draft model's vocabulary differs from the model's"),
+        "{err}"
+    );
+    // the same vocabulary loads and drafts (SmolLM2 for itself)
+    let out = ishizuki(&[
+        "run",
+        "-m",
+        smol,
+        "--draft-model",
+        smol,
+        "-p",
+        "1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3,",
+        "--temp",
+        "0",
+        "-n",
+        "16",
+        "--json",
+    ]);
+    let plain = ishizuki(&[
+        "run",
+        "-m",
+        smol,
+        "--no-draft",
+        "-p",
+        "1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3,",
+        "--temp",
+        "0",
+        "-n",
+        "16",
+        "--json",
+    ]);
+    assert_eq!(u32s(&out["tokens"]), u32s(&plain["tokens"]));
+    assert_eq!(out["draft"]["source"], "model", "{out}");
+}

@@ -14,37 +14,131 @@ use llguidance::Matcher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-/// A request's drafting: its source, its governor and the engine's measured forward costs.
+/// A request's drafting: prompt lookup first (free), else the draft model while it pays; a
+/// governor for each, and the engine's measured forward costs.
 pub struct Drafting<'a> {
-    pub source: &'a mut dyn DraftSource,
+    pub lookup: &'a mut dyn DraftSource,
+    pub model: Option<&'a mut dyn DraftSource>,
     pub costs: &'a mut RowCosts,
-    pub governor: Governor,
+    pub lookup_governor: Governor,
+    pub model_governor: Governor,
     /// Rows a verification forward may have (the backend's row-invariant limit).
     pub max_rows: usize,
-    /// Draft whatever the source proposes, paying or not (tests of exactness).
+    /// Draft whatever the sources propose, paying or not (tests of exactness).
     pub always: bool,
     pub steps: usize,
-    /// Why a draft model stopped drafting (it did not pay): plain steps from then on.
+    /// Why the draft model stopped drafting (it did not pay): lookup alone from then on.
     pub off_reason: Option<String>,
+    /// Which source made the draft being verified (`true`: the model).
+    by_model: Option<bool>,
 }
 
-impl Drafting<'_> {
+impl<'a> Drafting<'a> {
+    pub fn new(
+        lookup: &'a mut dyn DraftSource,
+        model: Option<&'a mut dyn DraftSource>,
+        costs: &'a mut RowCosts,
+        max_rows: usize,
+        always: bool,
+    ) -> Self {
+        Drafting {
+            lookup,
+            model,
+            costs,
+            lookup_governor: Governor::default(),
+            model_governor: Governor::default(),
+            max_rows,
+            always,
+            steps: 0,
+            off_reason: None,
+            by_model: None,
+        }
+    }
+
     pub fn usage(&self) -> DraftUsage {
+        let (l, m) = (&self.lookup_governor, &self.model_governor);
         DraftUsage {
-            source: self.source.name(),
-            drafted_tokens: self.governor.drafted,
-            accepted_tokens: self.governor.kept,
+            source: if self.model.is_some() {
+                "model"
+            } else {
+                "lookup"
+            },
+            drafted_tokens: l.drafted + m.drafted,
+            accepted_tokens: l.kept + m.kept,
             decode_steps: self.steps,
             model_turned_off: self.off_reason.is_some(),
         }
     }
 
-    /// The drafter's time per token in plain steps.
-    fn draft_cost(&self) -> f64 {
-        match self.costs.plain_secs() {
-            Some(plain) => self.source.secs_per_token() / plain,
-            None => 0.0,
+    /// The draft model's time per token in plain steps.
+    fn model_cost(&self) -> f64 {
+        let secs = self.model.as_ref().map_or(0.0, |m| m.secs_per_token());
+        secs / self.costs.plain_secs()
+    }
+
+    fn max_len(&self) -> usize {
+        self.max_rows.saturating_sub(1).min(MAX_DRAFT)
+    }
+
+    fn record(&mut self, drafted: usize, kept: usize) {
+        match self.by_model {
+            Some(true) => self.model_governor.record(drafted, kept),
+            Some(false) => self.lookup_governor.record(drafted, kept),
+            None => {}
         }
+    }
+
+    /// Tells both sources what the sequence became: the one that drafted how much of its
+    /// draft was kept, the other each token.
+    fn tell(&mut self, kept: &[u32], next: u32) {
+        let by_model = self.by_model.take();
+        let tell = |src: &mut dyn DraftSource, drafted_it: bool| {
+            if drafted_it {
+                src.accept(kept.len(), next);
+            } else {
+                kept.iter().chain([&next]).for_each(|&t| src.accept(0, t));
+            }
+        };
+        tell(&mut *self.lookup, by_model == Some(false));
+        if let Some(m) = self.model.as_deref_mut() {
+            tell(m, by_model == Some(true));
+        }
+    }
+
+    /// A draft of at most `max` tokens: lookup's if it has one, else the draft model's.
+    fn propose(&mut self, max: usize) -> Draft {
+        let k = if self.always {
+            max
+        } else {
+            self.lookup_governor.choose(max, self.costs, 0.0)
+        };
+        let draft = if k > 0 {
+            self.lookup.draft(k)
+        } else {
+            Draft::default()
+        };
+        if !draft.is_empty() {
+            self.by_model = Some(false);
+            return draft;
+        }
+        let cost = self.model_cost();
+        let Some(model) = self
+            .model
+            .as_deref_mut()
+            .filter(|_| self.off_reason.is_none())
+        else {
+            return draft;
+        };
+        let k = if self.always {
+            max
+        } else {
+            self.model_governor.choose(max, self.costs, cost)
+        };
+        if k == 0 {
+            return draft;
+        }
+        self.by_model = Some(true);
+        model.draft(k)
     }
 }
 
@@ -95,7 +189,10 @@ impl Step<'_> {
             matcher,
         };
         if let Some(dr) = drafting.as_mut() {
-            dr.source.begin(&p.tokens, &p.request.sampler);
+            dr.lookup.begin(&p.tokens, &p.request.sampler);
+            if let Some(m) = dr.model.as_deref_mut() {
+                m.begin(&p.tokens, &p.request.sampler);
+            }
         }
         let (mut inputs, mut draft) = (Vec::new(), Draft::default());
         let finish = loop {
@@ -109,7 +206,7 @@ impl Step<'_> {
             }
             let rows = rows?;
             if let Some(dr) = drafting.as_mut().filter(|_| !inputs.is_empty()) {
-                dr.governor.record(draft.len(), kept);
+                dr.record(draft.len(), kept);
                 dr.check_pays();
             }
             if let Some(finish) = rows.finish {
@@ -122,7 +219,10 @@ impl Step<'_> {
                 break FinishReason::Length;
             }
             draft = match drafting.as_mut() {
-                Some(dr) => d.next_draft(dr, kept, next, slot, generated.len())?,
+                Some(dr) => {
+                    dr.tell(&draft.tokens[..kept], next);
+                    d.next_draft(dr, slot, generated.len())?
+                }
                 None => Draft::default(),
             };
             inputs.clear();
@@ -167,24 +267,28 @@ impl Step<'_> {
 }
 
 impl Drafting<'_> {
-    /// A draft model whose rate no longer pays turns itself off: plain steps from here on.
+    /// A draft model whose rate no longer pays turns itself off: lookup alone from here on.
     fn check_pays(&mut self) {
-        if self.always || self.off_reason.is_some() || self.source.name() == "lookup" {
+        if self.always || self.off_reason.is_some() || self.model.is_none() {
             return;
         }
-        let max = self.max_rows.saturating_sub(1).min(MAX_DRAFT);
-        let cost = self.draft_cost();
-        if !self.governor.pays(max, self.costs, cost) {
+        let failure = self
+            .model
+            .as_ref()
+            .and_then(|m| m.failure().map(str::to_string));
+        if let Some(failure) = failure {
+            self.off_reason = Some(failure);
+            return;
+        }
+        let (max, cost) = (self.max_len(), self.model_cost());
+        if !self.model_governor.pays(max, self.costs, cost) {
             self.off_reason = Some(format!(
                 "the draft model does not pay here: {:.0}% of its tokens kept, each costing {:.2} \
                  plain steps to draft and {:.2} to verify",
-                100.0 * self.governor.rate(),
+                100.0 * self.model_governor.rate(),
                 cost,
                 self.costs.relative(2) - 1.0
             ));
-        }
-        if let Some(failure) = self.source.failure().filter(|_| self.off_reason.is_none()) {
-            self.off_reason = Some(failure.to_string());
         }
     }
 }
@@ -289,36 +393,24 @@ impl Decoder<'_, '_> {
         Ok((!going).then_some(FinishReason::StopSequence))
     }
 
-    /// Tells the source what was kept and asks for the next draft, as long as the governor,
-    /// the token limit, the context and (for a constrained request) the grammar allow.
+    /// The next draft, as long as the governors, the token limit, the context and (for a
+    /// constrained request) the grammar allow.
     fn next_draft(
         &mut self,
         dr: &mut Drafting,
-        kept: usize,
-        next: u32,
         slot: &Slot,
         generated: usize,
     ) -> Result<Draft, Halt> {
-        dr.source.accept(kept, next);
-        if dr.off_reason.is_some() {
-            return Ok(Draft::default());
-        }
         let room = slot.cache.n_ctx() - slot.cache.len() - 1;
-        let max = (dr.max_rows.saturating_sub(1))
-            .min(MAX_DRAFT)
+        let max = dr
+            .max_len()
             .min(self.step.p.max_tokens - generated - 1)
             .min(room);
-        let draft_cost = dr.draft_cost();
-        let k = if dr.always {
-            max
-        } else {
-            dr.governor.choose(max, dr.costs, draft_cost)
-        };
-        if k == 0 {
+        if max == 0 {
             return Ok(Draft::default());
         }
-        let mut draft = dr.source.draft(k);
-        draft.truncate(k);
+        let mut draft = dr.propose(max);
+        draft.truncate(max);
         let constrained = !self.out.in_reasoning();
         if let (true, Some(m)) = (constrained, self.matcher.as_mut()) {
             let valid = m

@@ -1,7 +1,7 @@
 //! Running prepared requests on one model: prefix-cache reuse, chunked prefill that stops
 //! within a chunk of a cancellation, decode, and text-level events out.
 use crate::decode::Drafting;
-use crate::draft::{DraftModel, DraftSource, Governor, PromptLookup, RowCosts};
+use crate::draft::{DraftModel, DraftSource, PromptLookup, RowCosts};
 use crate::events::{
     Done, DraftUsage, Event, FailureKind, FinishReason, Timings, TokenLogprob, TopLogprob, Usage,
 };
@@ -293,19 +293,17 @@ impl Drafter {
         if !self.enabled || !p.request.draft || be.verify_rows() < 2 {
             return None;
         }
-        let source: &mut dyn DraftSource = match (&mut self.model, &self.model_off) {
-            (Some(m), None) => m,
-            _ => &mut self.lookup,
+        let model = match (&mut self.model, &self.model_off) {
+            (Some(m), None) => Some(m as &mut dyn DraftSource),
+            _ => None,
         };
-        Some(Drafting {
-            source,
-            costs: &mut self.costs,
-            governor: Governor::default(),
-            max_rows: be.verify_rows(),
-            always: self.always,
-            steps: 0,
-            off_reason: None,
-        })
+        Some(Drafting::new(
+            &mut self.lookup,
+            model,
+            &mut self.costs,
+            be.verify_rows(),
+            self.always,
+        ))
     }
 
     /// Adds a request's drafting to the counters; a draft model that turned itself off stays
@@ -316,6 +314,8 @@ impl Drafter {
         add(&stats.draft_accepted, u.accepted_tokens);
         add(&stats.decode_steps, u.decode_steps);
         if let Some(reason) = off.filter(|_| u.source == "model") {
+            // once per engine: the server's log and `run`'s stderr say why drafting changed
+            eprintln!("draft model turned off: {reason}; prompt lookup drafts from now on");
             self.model_off = Some(reason);
             stats.draft_model_active.store(0, Ordering::Relaxed);
         }

@@ -185,9 +185,6 @@ pub fn run(a: RunArgs) -> CliResult {
         d.tokens.len(),
         d.finish
     );
-    if let Some(reason) = engine.draft_model_off() {
-        eprintln!("{reason}");
-    }
     Ok(())
 }
 

@@ -27,9 +27,15 @@ impl RowCosts {
         *slot = Some(slot.map_or(secs, |old| old + COST_EMA * (secs - old)));
     }
 
-    /// Seconds of a plain one-row step, once one was timed.
-    pub fn plain_secs(&self) -> Option<f64> {
-        self.secs[1]
+    /// Seconds of a plain one-row step: timed, else estimated from the fewest rows timed (a
+    /// request that always drafts may never run a plain step); +inf before any timing.
+    pub fn plain_secs(&self) -> f64 {
+        if let Some(s) = self.secs[1] {
+            return s;
+        }
+        (2..=MAX_ROWS)
+            .find_map(|r| self.secs[r].map(|s| s / (1.0 + PRIOR_SLOPE * (r - 1) as f64)))
+            .unwrap_or(f64::INFINITY)
     }
 
     /// Cost of a forward of `rows` rows in plain steps: measured where timed, interpolated
@@ -68,7 +74,7 @@ const MAX_PAUSE: usize = 64;
 /// Drafted tokens in a probe.
 const PROBE_LEN: usize = 2;
 /// Verifications before a source's rate is trusted enough to switch it off.
-pub const MIN_EVIDENCE: usize = 8;
+pub const MIN_EVIDENCE: usize = 4;
 
 /// One request's drafting: its acceptance rate and what it decided.
 #[derive(Clone, Debug)]
