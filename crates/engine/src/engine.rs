@@ -27,7 +27,8 @@ pub struct Engine {
     drafter: Drafter,
 }
 
-/// What the engine drafts with: prompt lookup, or a draft model while it pays.
+/// What the engine drafts with: prompt lookup, and a draft model (where lookup has nothing)
+/// while it pays.
 struct Drafter {
     enabled: bool,
     always: bool,
@@ -89,8 +90,8 @@ impl Engine {
         self
     }
 
-    /// Drafts with `draft` (a model of the same vocabulary, checked by the caller) instead of
-    /// prompt lookup, for as long as it pays.
+    /// Drafts with `draft` (a model of the same vocabulary, checked by the caller) where prompt
+    /// lookup has nothing, for as long as it pays.
     pub fn with_draft_model(mut self, draft: DraftModel) -> Engine {
         self.drafter.model = Some(draft);
         self.stats.draft_model_active.store(1, Ordering::Relaxed);
