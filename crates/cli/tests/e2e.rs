@@ -434,33 +434,12 @@ fn a_draft_model_of_another_vocabulary_is_an_error() {
         "{err}"
     );
     // the same vocabulary loads and drafts (SmolLM2 for itself)
-    let out = ishizuki(&[
-        "run",
-        "-m",
-        smol,
-        "--draft-model",
-        smol,
-        "-p",
-        "1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3,",
-        "--temp",
-        "0",
-        "-n",
-        "16",
-        "--json",
-    ]);
-    let plain = ishizuki(&[
-        "run",
-        "-m",
-        smol,
-        "--no-draft",
-        "-p",
-        "1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3,",
-        "--temp",
-        "0",
-        "-n",
-        "16",
-        "--json",
-    ]);
+    let prompt = "1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3,";
+    let args = [
+        "run", "-m", smol, "-p", prompt, "--temp", "0", "-n", "16", "--json",
+    ];
+    let out = ishizuki(&[&args[..], &["--draft-model", smol]].concat());
+    let plain = ishizuki(&[&args[..], &["--no-draft"]].concat());
     assert_eq!(u32s(&out["tokens"]), u32s(&plain["tokens"]));
     assert_eq!(out["draft"]["source"], "model", "{out}");
 }

@@ -58,11 +58,7 @@ impl<'a> Drafting<'a> {
     pub fn usage(&self) -> DraftUsage {
         let (l, m) = (&self.lookup_governor, &self.model_governor);
         DraftUsage {
-            source: if self.model.is_some() {
-                "model"
-            } else {
-                "lookup"
-            },
+            source: self.model.as_ref().map_or(self.lookup.name(), |m| m.name()),
             drafted_tokens: l.drafted + m.drafted,
             accepted_tokens: l.kept + m.kept,
             decode_steps: self.steps,

@@ -314,7 +314,7 @@ impl Drafter {
         add(&stats.draft_tokens, u.drafted_tokens);
         add(&stats.draft_accepted, u.accepted_tokens);
         add(&stats.decode_steps, u.decode_steps);
-        if let Some(reason) = off.filter(|_| u.source == "model") {
+        if let Some(reason) = off {
             // once per engine: the server's log and `run`'s stderr say why drafting changed
             eprintln!("draft model turned off: {reason}; prompt lookup drafts from now on");
             self.model_off = Some(reason);

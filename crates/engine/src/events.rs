@@ -66,6 +66,19 @@ impl DraftUsage {
         }
     }
 
+    /// The fields every front reports: source, tokens drafted and kept, the rate, decode forwards
+    /// and tokens per step (`generated` tokens in all).
+    pub fn json(&self, generated: usize) -> serde_json::Value {
+        serde_json::json!({
+            "source": self.source,
+            "drafted_tokens": self.drafted_tokens,
+            "accepted_tokens": self.accepted_tokens,
+            "acceptance_rate": self.acceptance_rate(),
+            "decode_steps": self.decode_steps,
+            "tokens_per_step": self.tokens_per_step(generated),
+        })
+    }
+
     /// Tokens per decode forward (1.0 for plain decoding); the first generated token comes from
     /// the prompt's forward.
     pub fn tokens_per_step(&self, generated: usize) -> f64 {

@@ -38,17 +38,7 @@ pub fn with_counts(mut response: Response, done: &Done) -> Response {
 /// Drafting's numbers on a usage object (an extension: `usage.draft`), where the request drafted.
 pub fn add_draft_usage(v: &mut serde_json::Value, u: &ishizuki_engine::Usage) {
     if let (Some(d), Some(obj)) = (u.draft, v.as_object_mut()) {
-        obj.insert(
-            "draft".into(),
-            serde_json::json!({
-                "source": d.source,
-                "drafted_tokens": d.drafted_tokens,
-                "accepted_tokens": d.accepted_tokens,
-                "acceptance_rate": d.acceptance_rate(),
-                "decode_steps": d.decode_steps,
-                "tokens_per_step": d.tokens_per_step(u.completion_tokens),
-            }),
-        );
+        obj.insert("draft".into(), d.json(u.completion_tokens));
     }
 }
 

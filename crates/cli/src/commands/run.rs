@@ -190,14 +190,8 @@ pub fn run(a: RunArgs) -> CliResult {
 
 /// Drafting's numbers for `--json`: source, tokens drafted and kept, the rate, tokens per step.
 fn draft_json(u: &DraftUsage, generated: usize, model_off: Option<&str>) -> serde_json::Value {
-    serde_json::json!({
-        "source": u.source,
-        "drafted_tokens": u.drafted_tokens,
-        "accepted_tokens": u.accepted_tokens,
-        "acceptance_rate": u.acceptance_rate(),
-        "decode_steps": u.decode_steps,
-        "tokens_per_step": u.tokens_per_step(generated),
-        "model_turned_off": u.model_turned_off,
-        "model_off_reason": model_off,
-    })
+    let mut v = u.json(generated);
+    v["model_turned_off"] = u.model_turned_off.into();
+    v["model_off_reason"] = model_off.into();
+    v
 }

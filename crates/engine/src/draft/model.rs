@@ -78,10 +78,6 @@ impl DraftModel {
         }
     }
 
-    pub fn model(&self) -> &Model {
-        &self.model
-    }
-
     /// Forwards `tokens` into the cache in chunks; the last chunk's last logits.
     fn feed(&mut self, tokens: &[u32], want: Logits) -> Result<Vec<f32>, String> {
         let mut logits = Vec::new();
