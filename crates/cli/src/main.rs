@@ -1,4 +1,4 @@
-//! `ishizuki`: run, serve, bench, perplexity, tokenize, inspect, pull. Generated text goes to stdout,
+//! `ishizuki`: demo, run, serve, bench, perplexity, tokenize, inspect, pull. Generated text goes to stdout,
 //! everything else to stderr.
 mod commands;
 
@@ -18,6 +18,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Chat with a model in the terminal, replies rendered as markdown.
+    Demo(commands::demo::DemoArgs),
     /// Generate text from a prompt.
     Run(commands::run::RunArgs),
     /// Serve the OpenAI and Anthropic HTTP APIs.
@@ -37,6 +39,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Demo(a) => commands::demo::run(a),
         Command::Run(a) => commands::run::run(a),
         Command::Serve(a) => commands::serve::run(a),
         Command::Perplexity(a) => commands::perplexity::run(a),

@@ -98,6 +98,10 @@ impl Engine {
         self
     }
 
+    pub fn drafting(&self) -> bool {
+        self.drafter.enabled
+    }
+
     /// Why the draft model stopped drafting, if it did.
     pub fn draft_model_off(&self) -> Option<&str> {
         self.drafter.model_off.as_deref()
@@ -111,6 +115,15 @@ impl Engine {
 
     pub fn model(&self) -> &Model {
         &self.model
+    }
+
+    /// The prefix cache's slots, for reporting what it holds.
+    pub fn cache(&self) -> &PrefixCache {
+        &self.cache
+    }
+
+    pub fn backend(&self) -> &dyn Backend {
+        &*self.backend
     }
 
     /// Runs `p`, reporting through `sink` (which returns false once nobody listens). A panic

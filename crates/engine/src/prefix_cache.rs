@@ -79,6 +79,19 @@ impl PrefixCache {
         }
     }
 
+    /// Tokens whose KV the most recently used slot holds (a chat's warm context).
+    pub fn warm_tokens(&self) -> usize {
+        self.slots
+            .iter()
+            .max_by_key(|s| s.last_used)
+            .map_or(0, |s| s.tokens.len())
+    }
+
+    /// Slots allocated so far (each holds a whole context of KV).
+    pub fn slots_in_use(&self) -> usize {
+        self.slots.len()
+    }
+
     pub fn max_slots(&self) -> usize {
         self.max_slots
     }
@@ -86,7 +99,11 @@ impl PrefixCache {
 
 /// Slots that fit `budget_bytes` of KV at `n_ctx` positions each, between 1 and 16.
 pub fn slots_for_budget(model: &Model, n_ctx: usize, budget_bytes: usize) -> usize {
+    (budget_bytes / slot_bytes(model, n_ctx).max(1)).clamp(1, 16)
+}
+
+/// Bytes of one slot's KV cache at `n_ctx` positions (f16 keys and values).
+pub fn slot_bytes(model: &Model, n_ctx: usize) -> usize {
     let c = &model.config;
-    let per_slot = c.n_layer * 2 * c.kv_dim() * 2 * n_ctx;
-    (budget_bytes / per_slot.max(1)).clamp(1, 16)
+    c.n_layer * 2 * c.kv_dim() * 2 * n_ctx
 }

@@ -88,6 +88,11 @@ impl TextModel {
         })
     }
 
+    /// Whether the chat template writes reasoning (`<think>`) blocks.
+    pub fn thinks(&self) -> bool {
+        self.thinks
+    }
+
     /// Validates `request`, renders and tokenizes its prompt, and fits its limit to the context.
     pub fn prepare(&self, request: Request) -> Result<Prepared, InvalidRequest> {
         request.validate()?;

@@ -1,5 +1,6 @@
 //! One module per subcommand, plus what they share: loading a model and its tokenizer.
 pub mod bench;
+pub mod demo;
 pub mod inspect;
 pub mod perplexity;
 mod profile;
@@ -26,8 +27,9 @@ pub struct Loaded {
     pub backend: CpuBackend,
 }
 
-/// Resolves `-m` (a path or a curated name), loads the model, its tokenizer and a backend.
-pub fn load(model_arg: &str, threads: usize) -> CliResult<Loaded> {
+/// Resolves `-m` (a path or a curated name), loads the model, its tokenizer and a backend;
+/// `quiet` leaves out the line saying what was loaded.
+pub fn load(model_arg: &str, threads: usize, quiet: bool) -> CliResult<Loaded> {
     let path = resolve_model(model_arg)?;
     let t0 = Instant::now();
     let mut model = Model::load(&path)?;
@@ -35,17 +37,19 @@ pub fn load(model_arg: &str, threads: usize) -> CliResult<Loaded> {
     let backend = CpuBackend::new(threads);
     let packed = model.pack_weights(&backend);
     let c = &model.config;
-    eprintln!(
-        "loaded {} ({}, {} layers, n_embd {}, vocab {}) in {:.2}s on {} ({:.1} MiB repacked)",
-        path.display(),
-        c.arch,
-        c.n_layer,
-        c.n_embd,
-        c.n_vocab,
-        t0.elapsed().as_secs_f64(),
-        ishizuki_core::Backend::name(&backend),
-        packed as f64 / (1 << 20) as f64
-    );
+    if !quiet {
+        eprintln!(
+            "loaded {} ({}, {} layers, n_embd {}, vocab {}) in {:.2}s on {} ({:.1} MiB repacked)",
+            path.display(),
+            c.arch,
+            c.n_layer,
+            c.n_embd,
+            c.n_vocab,
+            t0.elapsed().as_secs_f64(),
+            ishizuki_core::Backend::name(&backend),
+            packed as f64 / (1 << 20) as f64
+        );
+    }
     Ok(Loaded {
         model,
         tokenizer,
@@ -60,6 +64,8 @@ pub struct EngineOptions {
     pub cache_slots: Option<usize>,
     pub alias: Option<String>,
     pub draft: DraftArgs,
+    /// No line about what was loaded (the demo shows it in its header).
+    pub quiet: bool,
 }
 
 /// Drafting switches shared by `run` and `serve`.
@@ -97,7 +103,7 @@ fn load_draft(
 
 /// Loads `model_arg` into an engine (model, tokenizer, chat template, backend).
 pub fn load_engine(model_arg: &str, threads: usize, o: &EngineOptions) -> CliResult<Engine> {
-    let l = load(model_arg, threads)?;
+    let l = load(model_arg, threads, o.quiet)?;
     let n_ctx = o
         .ctx
         .unwrap_or_else(|| l.model.config.n_ctx_train.min(4096))

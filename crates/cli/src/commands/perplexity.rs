@@ -26,7 +26,7 @@ pub struct PerplexityArgs {
 pub fn run(a: PerplexityArgs) -> CliResult {
     let text =
         std::fs::read_to_string(&a.file).map_err(|e| format!("{}: {e}", a.file.display()))?;
-    let l = load(&a.model, a.threads)?;
+    let l = load(&a.model, a.threads, false)?;
     let ids = l.tokenizer.encode(&text, false, false);
     let bos = l.tokenizer.bos_id().filter(|_| l.tokenizer.add_bos());
     let t0 = std::time::Instant::now();

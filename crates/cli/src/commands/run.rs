@@ -119,6 +119,7 @@ pub fn run(a: RunArgs) -> CliResult {
         cache_slots: Some(1),
         alias: None,
         draft: a.draft.clone(),
+        quiet: false,
     };
     let mut engine = load_engine(&a.model, a.threads, &options)?;
     let mut prepared = engine.text.prepare(request(&a, sampler))?;

@@ -51,6 +51,7 @@ pub fn run(a: ServeArgs) -> CliResult {
         cache_slots: a.cache_slots,
         alias: a.alias.clone(),
         draft: a.draft.clone(),
+        quiet: false,
     };
     let (model, threads) = (a.model.clone(), a.threads);
     let load = Box::new(move || {

@@ -2,11 +2,13 @@
 //! padding to `general.alignment`, tensor data. The reader validates the whole
 //! layout before handing out anything; the writer refuses what the reader would reject.
 mod error;
+mod file_type;
 mod reader;
 mod value;
 mod writer;
 
 pub use error::GgufError;
+pub use file_type::file_type_name;
 pub use value::{Value, ValueType};
 pub use writer::{GgufWriteError, GgufWriter};
 
