@@ -217,8 +217,9 @@ impl Chat {
 fn totals_line(t: &Totals) -> String {
     let fresh = t.prompt_tokens - t.cached_tokens;
     let rate = |n: usize, secs: f64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
+    let replies = if t.replies == 1 { "reply" } else { "replies" };
     format!(
-        "{} replies · {} prompt tokens ({} cached), the rest at {:.1} tok/s · {} generated at \
+        "{} {replies} · {} prompt tokens ({} cached), the rest at {:.1} tok/s · {} generated at \
          {:.1} tok/s",
         t.replies,
         t.prompt_tokens,

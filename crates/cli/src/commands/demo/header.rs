@@ -75,7 +75,11 @@ pub fn header_lines(h: &HeaderInfo, color: bool, width: usize) -> Vec<String> {
         .zip(tree)
         .map(|((line, plain), cells)| {
             let gap = " ".repeat(pad - plain.width());
-            format!("{line}{gap}{}", paint_bonsai(&cells, color))
+            let cells: String = cells.iter().collect();
+            match cells.trim_end() {
+                "" => line,
+                cells => format!("{line}{gap}{}", paint_bonsai(cells, color)),
+            }
         })
         .collect()
 }
@@ -128,12 +132,12 @@ fn bonsai(height: usize, seed: &str) -> Vec<Vec<char>> {
     grid
 }
 
-fn paint_bonsai(cells: &[char], color: bool) -> String {
+fn paint_bonsai(cells: &str, color: bool) -> String {
     if !color {
-        return cells.iter().collect();
+        return cells.to_string();
     }
     let mut s = String::new();
-    for &c in cells {
+    for c in cells.chars() {
         let code = match c {
             '@' | '&' | '%' | '*' => "\x1b[38;5;71m",
             '│' => "\x1b[38;5;130m",
@@ -187,6 +191,7 @@ mod tests {
             assert_eq!(lines.len(), narrow.len());
             for l in &lines {
                 assert!(l.width() <= width, "{width}: {l:?}");
+                assert_eq!(l.trim_end(), l, "trailing spaces");
             }
         }
         let wide = header_lines(&info(), false, 100).join("\n");

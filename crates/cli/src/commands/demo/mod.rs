@@ -130,7 +130,9 @@ pub fn run(a: DemoArgs) -> CliResult {
         resident_bytes: term::resident_bytes(),
         load_secs: started.elapsed().as_secs_f64(),
     };
-    for line in header::header_lines(&info, color != ColorMode::None, term::width()) {
+    // the bonsai is for a terminal, not a log
+    let width = if stdout_tty { term::width() } else { 0 };
+    for line in header::header_lines(&info, color != ColorMode::None, width) {
         println!("{line}");
     }
     println!();
