@@ -7,7 +7,7 @@ from checks import anthropic_event_order, responses_event_order
 
 QUESTION = "Name three colors."
 # (max tokens, stop): one reply cut by the length limit, one by a stop sequence
-ENDINGS = [pytest.param(12, None, id="length"), pytest.param(40, ["."], id="stop")]
+ENDINGS = [pytest.param(4, None, id="length"), pytest.param(40, ["."], id="stop")]
 
 
 @pytest.mark.parametrize("max_tokens,stop", ENDINGS)
