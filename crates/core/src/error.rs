@@ -8,6 +8,12 @@ pub type Result<T> = std::result::Result<T, Error>;
 pub enum Error {
     #[error("tensor type {0} is recognised but not supported for {1}")]
     UnsupportedType(GgmlType, &'static str),
+    #[error("tensor `{tensor}` is {ty}, which the {backend} backend has no kernel for")]
+    UnsupportedWeight {
+        tensor: String,
+        ty: GgmlType,
+        backend: &'static str,
+    },
     #[error("unknown ggml tensor type id {0}")]
     UnknownType(u32),
     #[error("shape mismatch: {0}")]
@@ -18,6 +24,9 @@ pub enum Error {
     Model(String),
     #[error("prompt of {n_prompt} tokens does not fit the context of {n_ctx} tokens")]
     ContextOverflow { n_prompt: usize, n_ctx: usize },
+    /// A backend's own failure (a device error, another backend's handle, out of memory).
+    #[error("backend: {0}")]
+    Backend(String),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
 }

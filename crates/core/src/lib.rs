@@ -6,6 +6,9 @@ pub mod error;
 pub mod huge;
 pub mod quant;
 
-pub use backend::{Backend, PackedWeight, WeightView};
+pub use backend::{
+    Backend, Buffer, ForwardMeta, KvShape, KvStore, LoadedWeight, PackedWeight, WeightRole,
+    WeightSource, WeightView,
+};
 pub use dtype::GgmlType;
 pub use error::{Error, Result};

@@ -235,7 +235,7 @@ impl Step<'_> {
                     .as_mut()
                     .map(|m| s.spawn(move || m.compute_mask_or_eos()));
                 let t0 = Instant::now();
-                let out = self.model.forward(self.be, &inputs, &mut slot.cache, want);
+                let out = self.model.forward(&inputs, &mut slot.cache, want);
                 let secs = t0.elapsed().as_secs_f64();
                 (out, job.map(|j| j.join()), secs)
             });

@@ -52,13 +52,9 @@ impl From<ishizuki_models::ModelError> for Halt {
 }
 
 impl Engine {
-    pub fn new(
-        text: Arc<TextModel>,
-        model: Model,
-        backend: Arc<dyn Backend>,
-        slots: usize,
-    ) -> Engine {
+    pub fn new(text: Arc<TextModel>, model: Model, slots: usize) -> Engine {
         let n_ctx = text.n_ctx;
+        let backend = model.backend().clone();
         Engine {
             text,
             model,
@@ -229,7 +225,7 @@ impl Run {
         let t0 = Instant::now();
         let prompt = &p.tokens;
         let min_rows = backend.batch_invariant_rows();
-        let (slot, mut reuse) = cache.acquire(model, prompt, min_rows);
+        let (slot, mut reuse) = cache.acquire(model, prompt, min_rows)?;
         if p.request.prompt_logprobs {
             reuse = 0;
             slot.tokens.clear();
@@ -395,7 +391,7 @@ impl Step<'_> {
             };
             logits = self
                 .model
-                .forward(self.be, &prompt[at..end], &mut slot.cache, want)?;
+                .forward(&prompt[at..end], &mut slot.cache, want)?;
             slot.tokens.extend_from_slice(&prompt[at..end]);
             check(sink(Event::Progress { prefilled: end }), self.cancel)?;
             if scoring {

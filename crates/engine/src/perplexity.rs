@@ -1,6 +1,5 @@
 //! Perplexity over non-overlapping windows: each window scores every token after its first.
 use crate::EngineError;
-use ishizuki_core::Backend;
 use ishizuki_models::{Logits, Model};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -15,7 +14,6 @@ pub struct Perplexity {
 /// followed by `n_ctx - 1` text tokens) and scores at most `max_windows` of them.
 pub fn perplexity(
     model: &Model,
-    be: &dyn Backend,
     text_ids: &[u32],
     bos: Option<u32>,
     n_ctx: usize,
@@ -28,7 +26,7 @@ pub fn perplexity(
             "context {n_ctx} leaves no room for text"
         )));
     }
-    let mut cache = model.new_cache(n_ctx);
+    let mut cache = model.new_cache(n_ctx)?;
     let (mut nll, mut scored) = (0f64, 0usize);
     let windows = text_ids
         .chunks(per_window)
@@ -40,7 +38,7 @@ pub fn perplexity(
         }
         cache.clear();
         for (c, part) in window.chunks(chunk).enumerate() {
-            let logits = model.forward(be, part, &mut cache, Logits::All)?;
+            let logits = model.forward(part, &mut cache, Logits::All)?;
             let next = &window[c * chunk + 1..];
             for (row, &target) in logits.chunks_exact(model.config.n_vocab).zip(next) {
                 nll += neg_log_softmax(row, target as usize);

@@ -1,7 +1,7 @@
 //! KV cache slots keyed by the tokens they hold: a request takes the slot sharing the longest
 //! prefix with its prompt (a chat's next turn prefills only its new tokens), else a fresh slot,
 //! else the least recently used one.
-use ishizuki_models::{KvCache, Model};
+use ishizuki_models::{KvCache, Model, ModelError};
 
 pub struct Slot {
     pub cache: KvCache,
@@ -40,7 +40,7 @@ impl PrefixCache {
         model: &Model,
         prompt: &[u32],
         min_rows: usize,
-    ) -> (&mut Slot, usize) {
+    ) -> Result<(&mut Slot, usize), ModelError> {
         self.clock += 1;
         let limit = prompt.len().saturating_sub(min_rows.max(1));
         let best = self
@@ -53,7 +53,7 @@ impl PrefixCache {
             Some((i, n)) if n > 0 => i,
             _ if self.slots.len() < self.max_slots => {
                 self.slots.push(Slot {
-                    cache: model.new_cache(self.n_ctx),
+                    cache: model.new_cache(self.n_ctx)?,
                     tokens: Vec::new(),
                     last_used: 0,
                 });
@@ -68,7 +68,7 @@ impl PrefixCache {
         slot.tokens.truncate(reuse);
         slot.cache.truncate(reuse);
         slot.last_used = self.clock;
-        (slot, reuse)
+        Ok((slot, reuse))
     }
 
     /// Forgets everything (after a fault left a slot's contents in doubt).

@@ -376,20 +376,7 @@ pub fn draw(candidates: &Candidates, rng: &mut Rng) -> Option<u32> {
     Some(last.id) // rounding left a sliver of mass past the end
 }
 
-/// Index of the largest logit, lowest index on ties, NaN ignored; 0 when nothing is comparable.
-pub fn argmax(logits: &[f32]) -> u32 {
-    let Some(start) = logits.iter().position(|l| !l.is_nan()) else {
-        return 0;
-    };
-    let (mut best_index, mut best) = (start, logits[start]);
-    // a NaN compares false, so it can never replace the best
-    for (i, &l) in logits.iter().enumerate().skip(start + 1) {
-        if l > best {
-            (best_index, best) = (i, l);
-        }
-    }
-    best_index as u32
-}
+pub use ishizuki_core::backend::argmax;
 
 /// A configured sampler with its RNG and reused buffers.
 #[derive(Debug)]

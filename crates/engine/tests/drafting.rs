@@ -3,6 +3,7 @@
 //! sampled test is on SmolLM2 (`sampled_lookup_keeps_the_distribution`), which copies. Greedy output equals
 //! plain decoding token for token, through stops, token limits and a grammar inside accepted
 //! blocks; sampled output keeps the plain sampler's distribution (chi-square).
+use ishizuki_core::Backend;
 use ishizuki_cpu::CpuBackend;
 use ishizuki_engine::draft::DraftModel;
 use ishizuki_engine::{
@@ -22,8 +23,8 @@ fn fixture() -> PathBuf {
 }
 
 /// The fixture with its final norm scaled unevenly, written to a temporary file.
-fn perturbed_model() -> Model {
-    let model = Model::load(fixture()).unwrap();
+fn perturbed_model(be: Arc<dyn Backend>) -> Model {
+    let model = Model::load(fixture(), be.clone()).unwrap();
     let file = model.file();
     let t = file.tensor("output_norm.weight").expect("a final norm");
     let data = file.tensor_data(t);
@@ -36,7 +37,7 @@ fn perturbed_model() -> Model {
     }
     let path = std::env::temp_dir().join(format!("ishizuki-draft-{}.gguf", std::process::id()));
     std::fs::write(&path, bytes).unwrap();
-    let draft = Model::load(&path).unwrap();
+    let draft = Model::load(&path, be).unwrap();
     let _ = std::fs::remove_file(&path);
     draft
 }
@@ -49,16 +50,16 @@ enum Drafter {
 }
 
 fn engine(drafter: Drafter) -> Engine {
-    let model = Model::load(fixture()).unwrap();
+    let be: Arc<dyn Backend> = Arc::new(CpuBackend::new(2));
+    let model = Model::load(fixture(), be.clone()).unwrap();
     let tokenizer = Tokenizer::from_gguf(model.file()).unwrap();
     let text = TextModel::new("tiny".into(), tokenizer, None, N_CTX).unwrap();
-    let be: Arc<dyn ishizuki_core::Backend> = Arc::new(CpuBackend::new(2));
     // the draft model is the target's size here: it never pays, so the governor is told to draft
-    let e = Engine::new(Arc::new(text), model, be.clone(), 2)
+    let e = Engine::new(Arc::new(text), model, 2)
         .with_drafting(drafter != Drafter::Off)
         .with_drafting_always();
     match drafter {
-        Drafter::Model => e.with_draft_model(DraftModel::new(perturbed_model(), be, N_CTX)),
+        Drafter::Model => e.with_draft_model(DraftModel::new(perturbed_model(be), N_CTX).unwrap()),
         _ => e,
     }
 }
@@ -277,13 +278,11 @@ fn real_model(file: &str) -> Option<PathBuf> {
 
 fn smollm2(draft: bool) -> Option<Engine> {
     let path = real_model("SmolLM2-135M-Instruct.Q4_1.gguf")?;
-    let mut model = Model::load(path).unwrap();
-    let be = CpuBackend::new(2);
-    model.pack_weights(&be);
+    let model = Model::load(path, Arc::new(CpuBackend::new(2))).unwrap();
     let tokenizer = Tokenizer::from_gguf(model.file()).unwrap();
     let text = TextModel::new("smollm2".into(), tokenizer, None, 1024).unwrap();
     // drafting whether it pays or not: the test holds the distribution, not the speed
-    let e = Engine::new(Arc::new(text), model, Arc::new(be), 2).with_drafting(draft);
+    let e = Engine::new(Arc::new(text), model, 2).with_drafting(draft);
     Some(e.with_drafting_always())
 }
 

@@ -17,9 +17,13 @@ const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.cont
 const PROMPT: [u32; 5] = [5, 17, 99, 3, 250];
 
 fn tiny() -> Model {
+    tiny_on(CpuBackend::new(1))
+}
+
+fn tiny_on(be: CpuBackend) -> Model {
     let p =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/tests/fixtures/tiny-llama.gguf");
-    Model::load(p).unwrap()
+    Model::load(p, Arc::new(be)).unwrap()
 }
 
 /// Prompt tokens a prefix-cache hit always leaves to prefill (the backend's invariant rows).
@@ -31,7 +35,7 @@ fn engine(n_ctx: usize, slots: usize) -> Engine {
     let model = tiny();
     let tokenizer = Tokenizer::from_gguf(model.file()).unwrap();
     let text = TextModel::new("tiny".into(), tokenizer, Some(CHATML), n_ctx).unwrap();
-    Engine::new(Arc::new(text), model, Arc::new(CpuBackend::new(1)), slots)
+    Engine::new(Arc::new(text), model, slots)
 }
 
 fn tokens(ids: &[u32], max_tokens: Option<usize>) -> Request {
@@ -268,12 +272,17 @@ fn a_regex_constraint_holds_at_any_temperature() {
 fn greedy_generation_is_the_argmax_chain() {
     let mut e = engine(64, 1);
     let got = done(&run(&mut e, tokens(&PROMPT, Some(6)))).tokens.clone();
-    let (model, be) = (tiny(), CpuBackend::new(1));
+    let model = tiny();
     let mut ids = PROMPT.to_vec();
     for want in &got {
-        let mut cache = model.new_cache(64);
-        let logits = model.forward(&be, &ids, &mut cache, Logits::Last).unwrap();
+        let mut cache = model.new_cache(64).unwrap();
+        let logits = model.forward(&ids, &mut cache, Logits::Last).unwrap();
         assert_eq!(ishizuki_engine::sampler::argmax(&logits), *want);
+        let mut cache = model.new_cache(64).unwrap();
+        let ids_only = model
+            .forward_argmax(&ids, &mut cache, Logits::Last)
+            .unwrap();
+        assert_eq!(ids_only, [*want], "the backend's argmax is the sampler's");
         ids.push(*want);
     }
 }
@@ -281,17 +290,17 @@ fn greedy_generation_is_the_argmax_chain() {
 #[test]
 fn perplexity_scores_every_token_after_the_first_of_each_window() {
     // The exact backend computes each row alone, so chunking cannot change a single bit.
-    let (model, be) = (tiny(), CpuBackend::exact(1));
+    let model = tiny_on(CpuBackend::exact(1));
     let text: Vec<u32> = (0..23).map(|i| (i * 37 % 500) as u32 + 4).collect();
     let bos = Some(1u32);
     // Windows of 8 = BOS + 7 text tokens: 7 + 7 + 7 + (BOS + 2) -> 7 * 3 + 2 scored.
-    let p = perplexity(&model, &be, &text, bos, 8, None, 3).unwrap();
+    let p = perplexity(&model, &text, bos, 8, None, 3).unwrap();
     assert_eq!(p.tokens, 23);
     let mut nll = 0.0;
     for window in text.chunks(7) {
         let ids: Vec<u32> = bos.into_iter().chain(window.iter().copied()).collect();
-        let mut cache = model.new_cache(8);
-        let logits = model.forward(&be, &ids, &mut cache, Logits::All).unwrap();
+        let mut cache = model.new_cache(8).unwrap();
+        let logits = model.forward(&ids, &mut cache, Logits::All).unwrap();
         for (row, next) in logits.chunks_exact(model.config.n_vocab).zip(&ids[1..]) {
             nll += neg_log_softmax(row, *next as usize);
         }
@@ -303,8 +312,8 @@ fn perplexity_scores_every_token_after_the_first_of_each_window() {
         nll / 23.0
     );
     assert!((p.ppl - p.mean_nll.exp()).abs() < 1e-9);
-    let limited = perplexity(&model, &be, &text, None, 8, Some(2), 512).unwrap();
+    let limited = perplexity(&model, &text, None, 8, Some(2), 512).unwrap();
     assert_eq!(limited.tokens, 14);
-    assert!(perplexity(&model, &be, &text[..1], None, 8, None, 8).is_err());
-    assert!(perplexity(&model, &be, &text, bos, 1, None, 8).is_err());
+    assert!(perplexity(&model, &text[..1], None, 8, None, 8).is_err());
+    assert!(perplexity(&model, &text, bos, 1, None, 8).is_err());
 }

@@ -4,6 +4,7 @@ pub mod config;
 pub mod kv_cache;
 pub mod transformer;
 pub mod weights;
+mod workspace;
 
 pub use config::TransformerConfig;
 pub use kv_cache::KvCache;

@@ -1,15 +1,18 @@
-//! THE decoder: one forward for every architecture, driven by `TransformerConfig` flags.
+//! THE decoder: one forward for every architecture, driven by `TransformerConfig` flags,
+//! written against the Backend: it sequences ops and reads back only what it is asked for.
 use crate::arch::config_from_gguf;
 use crate::config::TransformerConfig;
 use crate::kv_cache::KvCache;
 use crate::weights::{load_weights, LayerWeights, ModelWeights};
+use crate::workspace::{self, Workspace};
 use crate::ModelError;
 use ishizuki_core::backend::AttnParams;
-use ishizuki_core::{Backend, Error};
+use ishizuki_core::{Backend, Buffer, Error, ForwardMeta};
 use ishizuki_formats::GgufFile;
 use std::path::Path;
+use std::sync::Arc;
 
-/// Which rows of logits a forward returns.
+/// Which rows of output a forward returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Logits {
     /// Only the last token's (decode, end of prefill).
@@ -20,25 +23,39 @@ pub enum Logits {
     None,
 }
 
+impl Logits {
+    fn rows(self, n: usize) -> Vec<u32> {
+        match self {
+            Logits::Last => vec![n as u32 - 1],
+            Logits::All => (0..n as u32).collect(),
+            Logits::None => Vec::new(),
+        }
+    }
+}
+
 pub struct Model {
     pub config: TransformerConfig,
+    be: Arc<dyn Backend>,
     weights: ModelWeights,
     file: GgufFile,
     /// The last forward's intermediates, kept for the next (as llama.cpp keeps its compute
     /// buffers): a prefill chunk's are megabytes, whose fresh pages cost faults and zeroing.
-    scratch: std::sync::Mutex<Option<Intermediates>>,
+    scratch: std::sync::Mutex<Option<Workspace>>,
 }
 
 impl Model {
-    pub fn load(path: impl AsRef<Path>) -> Result<Model, ModelError> {
-        Model::from_gguf(GgufFile::open(path).map_err(|e| ModelError::Core(e.into()))?)
+    /// Loads the model at `path` into `be`, which runs every forward of it.
+    pub fn load(path: impl AsRef<Path>, be: Arc<dyn Backend>) -> Result<Model, ModelError> {
+        let file = GgufFile::open(path).map_err(|e| ModelError::Core(e.into()))?;
+        Model::from_gguf(file, be)
     }
 
-    pub fn from_gguf(file: GgufFile) -> Result<Model, ModelError> {
+    pub fn from_gguf(file: GgufFile, be: Arc<dyn Backend>) -> Result<Model, ModelError> {
         let config = config_from_gguf(&file)?;
-        let weights = load_weights(&file, &config)?;
+        let weights = load_weights(&file, &config, &*be)?;
         Ok(Model {
             config,
+            be,
             weights,
             file,
             scratch: Default::default(),
@@ -49,15 +66,19 @@ impl Model {
         &self.file
     }
 
-    pub fn new_cache(&self, n_ctx: usize) -> KvCache {
-        KvCache::new(&self.config, n_ctx)
+    /// The backend the weights live in.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.be
     }
 
-    /// Lets `be` make its packed copies of the matmul weights (call once, before the first
-    /// forward on `be`; forwards on another backend still read the file's layout). Returns the
-    /// memory the copies hold.
-    pub fn pack_weights(&mut self, be: &dyn Backend) -> usize {
-        self.weights.pack(be, &self.file)
+    /// A KV cache of `n_ctx` positions in the model's backend.
+    pub fn new_cache(&self, n_ctx: usize) -> Result<KvCache, ModelError> {
+        Ok(KvCache::new(&*self.be, &self.config, n_ctx)?)
+    }
+
+    /// Memory the backend holds for the weights beyond the mapped file (packed copies).
+    pub fn backend_bytes(&self) -> usize {
+        self.weights.backend_bytes()
     }
 
     /// Bytes of weights read per decoded token.
@@ -69,15 +90,47 @@ impl Model {
     /// Returns `(rows, n_vocab)` logits for the rows `want` selects.
     pub fn forward(
         &self,
-        be: &dyn Backend,
         tokens: &[u32],
         cache: &mut KvCache,
         want: Logits,
     ) -> Result<Vec<f32>, ModelError> {
-        let c = &self.config;
+        let n_vocab = self.config.n_vocab;
+        let out = self.forward_with(tokens, cache, want, |be, logits, rows| {
+            let mut out = vec![0f32; rows * n_vocab];
+            be.read(logits, &mut out)?;
+            dump("logits", &out, n_vocab);
+            Ok(out)
+        })?;
+        Ok(out.unwrap_or_default())
+    }
+
+    /// As `forward`, reading back only each selected row's argmax (greedy decoding and its
+    /// draft verification), computed by the backend.
+    pub fn forward_argmax(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        want: Logits,
+    ) -> Result<Vec<u32>, ModelError> {
+        let n_vocab = self.config.n_vocab;
+        let out = self.forward_with(tokens, cache, want, |be, logits, rows| {
+            be.argmax(logits, rows, n_vocab)
+        })?;
+        Ok(out.unwrap_or_default())
+    }
+
+    /// The forward, then `read` of the logits buffer and its row count (not called when no
+    /// rows are wanted).
+    fn forward_with<T>(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        want: Logits,
+        read: impl FnOnce(&dyn Backend, &Buffer, usize) -> ishizuki_core::Result<T>,
+    ) -> Result<Option<T>, ModelError> {
         let (n, start) = (tokens.len(), cache.len());
         if n == 0 {
-            return Ok(Vec::new());
+            return Ok(None);
         }
         if start + n > cache.n_ctx() {
             return Err(Error::ContextOverflow {
@@ -86,68 +139,79 @@ impl Model {
             }
             .into());
         }
-        let positions: Vec<u32> = (start..start + n).map(|p| p as u32).collect();
-        let mut x = vec![0f32; n * c.n_embd];
-        be.embed(&self.weights.tok_embd.view(&self.file), tokens, &mut x)?;
-        if let Some(s) = c.embd_scale {
-            x.iter_mut().for_each(|v| *v *= s);
-        }
-        dump("inp_embd", &x, c.n_embd);
+        let be = &*self.be;
+        let mut meta = ForwardMeta::new(tokens, start, want.rows(n));
+        be.prepare(&mut meta)?;
         // a forward running beside this one (another thread's sequence) makes its own
         let mut kept = self.scratch.try_lock().ok();
         let mut own = None;
-        let buf = match kept.as_deref_mut() {
-            Some(slot) => slot.get_or_insert_with(Intermediates::default),
-            None => own.insert(Intermediates::default()),
+        let slot = match kept.as_deref_mut() {
+            Some(slot) => slot,
+            None => &mut own,
         };
-        buf.fit(c, n);
-        for (il, lw) in self.weights.layers.iter().enumerate() {
-            self.layer(be, il, lw, &mut x, &positions, cache, buf)?;
-        }
+        let ws = workspace::fit(slot, be, &self.config, n, meta.out_rows.len())?;
+        be.forward_step(n, &mut || self.ops(&meta, cache, ws))?;
         cache.set_len(start + n);
-        let from = match want {
-            Logits::None => return Ok(Vec::new()),
-            Logits::Last => (n - 1) * c.n_embd,
-            Logits::All => 0,
-        };
-        // the last layer's FFN output, only on the rows whose logits are wanted
-        let rows = &mut x[from..];
-        if !self.weights.layers.is_empty() {
-            add_into(rows, &buf.attn_out[from..]);
+        match meta.out_rows.len() {
+            0 => Ok(None),
+            rows => Ok(Some(read(be, &ws.logits, rows)?)),
         }
-        drop(kept);
-        be.rms_norm(rows, &self.weights.out_norm, c.norm_eps, c.norm_kind);
-        let n_rows = rows.len() / c.n_embd;
-        let head = self
-            .weights
-            .lm_head
-            .as_ref()
-            .unwrap_or(&self.weights.tok_embd);
-        let mut logits = vec![0f32; n_rows * c.n_vocab];
-        be.matmul(&head.view(&self.file), rows, n_rows, &mut logits)?;
-        if let Some(cap) = c.final_softcap {
-            logits.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
-        }
-        dump("logits", &logits, c.n_vocab);
-        Ok(logits)
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Every op of one forward, from the embedding to the logits of `meta.out_rows`.
+    fn ops(
+        &self,
+        meta: &ForwardMeta,
+        cache: &mut KvCache,
+        ws: &mut Workspace,
+    ) -> ishizuki_core::Result<()> {
+        let (c, be, w) = (&self.config, &*self.be, &self.weights);
+        let n = meta.rows();
+        be.embed(&w.tok_embd, meta, &mut ws.x)?;
+        if let Some(s) = c.embd_scale {
+            be.scale(&mut ws.x, n * c.n_embd, s)?;
+        }
+        self.dump_buffer("inp_embd", &ws.x, n, c.n_embd);
+        for (il, lw) in w.layers.iter().enumerate() {
+            self.layer(il, lw, meta, cache, ws)?;
+        }
+        let out_rows = meta.out_rows.len();
+        if out_rows == 0 {
+            return Ok(());
+        }
+        // the last layer's FFN output joins the residual
+        if !w.layers.is_empty() {
+            be.add(&mut ws.x, &ws.attn_out, n * c.n_embd)?;
+        }
+        be.gather_rows(&ws.x, c.n_embd, meta, &mut ws.head_in)?;
+        be.rms_norm(
+            &mut ws.head_in,
+            out_rows,
+            &w.out_norm,
+            c.norm_eps,
+            c.norm_kind,
+        )?;
+        be.matmul(w.head(), &ws.head_in, out_rows, &mut ws.logits)?;
+        if let Some(cap) = c.final_softcap {
+            be.softcap(&mut ws.logits, out_rows * c.n_vocab, cap)?;
+        }
+        Ok(())
+    }
+
     fn layer(
         &self,
-        be: &dyn Backend,
         il: usize,
         lw: &LayerWeights,
-        x: &mut [f32],
-        positions: &[u32],
+        meta: &ForwardMeta,
         cache: &mut KvCache,
-        buf: &mut Intermediates,
-    ) -> Result<(), ModelError> {
-        let c = &self.config;
-        let f = &self.file;
-        let n = positions.len();
+        ws: &mut Workspace,
+    ) -> ishizuki_core::Result<()> {
+        let (c, be) = (&self.config, &*self.be);
+        let n = meta.rows();
         let la = c.layers[il];
-        let Intermediates {
+        let (eps, kind) = (c.norm_eps, c.norm_kind);
+        let Workspace {
+            x,
             attn_norm,
             q,
             k,
@@ -157,42 +221,27 @@ impl Model {
             ffn_inp,
             gate,
             up,
-        } = buf;
+            ..
+        } = ws;
         // the previous layer's FFN output (left in attn_out) joins the residual in this
         // layer's first norm
-        let delta = (il > 0).then_some(&attn_out[..]);
-        be.add_rms_norm(x, delta, attn_norm, &lw.attn_norm, c.norm_eps, c.norm_kind);
-        let qkv = [lw.wq.view(f), lw.wk.view(f), lw.wv.view(f)];
+        let delta = (il > 0).then_some(&*attn_out);
+        be.add_rms_norm(x, delta, attn_norm, n, &lw.attn_norm, eps, kind)?;
+        let qkv = [&lw.wq, &lw.wk, &lw.wv];
         be.matmul_multi(&qkv, attn_norm, n, &mut [&mut *q, &mut *k, &mut *v])?;
-        add_bias(q, lw.bq.as_deref());
-        add_bias(k, lw.bk.as_deref());
-        add_bias(v, lw.bv.as_deref());
-        if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
-            be.rms_norm(q, qn, c.norm_eps, c.norm_kind);
-            be.rms_norm(k, kn, c.norm_eps, c.norm_kind);
+        for (t, b) in [(&mut *q, &lw.bq), (&mut *k, &lw.bk), (&mut *v, &lw.bv)] {
+            if let Some(b) = b {
+                be.add_bias(t, n, b)?;
+            }
         }
-        let freq_scale = 1.0 / la.rope_scale;
-        be.rope(
-            q,
-            c.n_head,
-            c.head_dim,
-            positions,
-            la.rope_theta,
-            freq_scale,
-            c.rope_kind,
-        );
-        be.rope(
-            k,
-            c.n_head_kv,
-            c.head_dim,
-            positions,
-            la.rope_theta,
-            freq_scale,
-            c.rope_kind,
-        );
-        cache.write(il, positions[0] as usize, k, v);
-        let n_kv = positions[n - 1] as usize + 1;
-        let (kc, vc) = cache.layer(il);
+        if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
+            be.rms_norm(q, n * c.n_head, qn, eps, kind)?;
+            be.rms_norm(k, n * c.n_head_kv, kn, eps, kind)?;
+        }
+        let (theta, freq_scale, hd) = (la.rope_theta, 1.0 / la.rope_scale, c.head_dim);
+        be.rope(q, c.n_head, hd, meta, theta, freq_scale, c.rope_kind)?;
+        be.rope(k, c.n_head_kv, hd, meta, theta, freq_scale, c.rope_kind)?;
+        be.write_kv(&mut cache.store, il, k, v, meta)?;
         let params = AttnParams {
             n_head: c.n_head,
             n_head_kv: c.n_head_kv,
@@ -201,125 +250,44 @@ impl Model {
             window: la.window,
             softcap: c.attn_softcap,
         };
-        be.attention(q, kc, vc, n_kv, positions, &params, kqv)?;
-        be.matmul(&lw.wo.view(f), kqv, n, attn_out)?;
+        be.attention(q, &cache.store, il, meta, &params, kqv)?;
+        be.matmul(&lw.wo, kqv, n, attn_out)?;
         if let Some(w) = &lw.post_attn_norm {
-            be.rms_norm(attn_out, w, c.norm_eps, c.norm_kind);
+            be.rms_norm(attn_out, n, w, eps, kind)?;
         }
-        let (eps, kind) = (c.norm_eps, c.norm_kind);
-        be.add_rms_norm(x, Some(attn_out), ffn_inp, &lw.ffn_norm, eps, kind);
+        be.add_rms_norm(x, Some(attn_out), ffn_inp, n, &lw.ffn_norm, eps, kind)?;
         if dumping() {
-            dump(&format!("l{il}.attn_residual"), x, c.n_embd);
+            self.dump_buffer(&format!("l{il}.attn_residual"), x, n, c.n_embd);
         }
-
-        let gate_up = [lw.w_gate.view(f), lw.w_up.view(f)];
-        be.matmul_glu(&gate_up, ffn_inp, n, gate, up, c.activation)?;
+        be.matmul_glu([&lw.w_gate, &lw.w_up], ffn_inp, n, gate, up, c.activation)?;
         let ffn_out = attn_out;
-        be.matmul(&lw.w_down.view(f), gate, n, ffn_out)?;
+        be.matmul(&lw.w_down, gate, n, ffn_out)?;
         if let Some(w) = &lw.post_ffn_norm {
-            be.rms_norm(ffn_out, w, c.norm_eps, c.norm_kind);
+            be.rms_norm(ffn_out, n, w, eps, kind)?;
         }
         if dumping() {
-            let mut out = x.to_vec();
-            add_into(&mut out, ffn_out);
+            let mut out = self.host(x, n * c.n_embd);
+            let ffn = self.host(ffn_out, n * c.n_embd);
+            out.iter_mut().zip(ffn).for_each(|(a, b)| *a += b);
             dump(&format!("l{il}.out"), &out, c.n_embd);
         }
         Ok(())
     }
-}
 
-/// Every per-layer intermediate of an `n`-token forward, allocated once and reused by each
-/// layer (fresh large allocations per layer cost page faults and zeroing).
-#[derive(Default)]
-struct Intermediates {
-    attn_norm: LineAligned, // (n, n_embd)
-    q: LineAligned,         // (n, n_head * head_dim)
-    k: LineAligned,         // (n, n_head_kv * head_dim)
-    v: LineAligned,         // (n, n_head_kv * head_dim)
-    kqv: LineAligned,       // (n, n_head * head_dim)
-    attn_out: LineAligned,  // (n, n_embd), then the FFN output, added to x by the next layer
-    ffn_inp: LineAligned,   // (n, n_embd)
-    gate: LineAligned,      // (n, n_ff)
-    up: LineAligned,        // (n, n_ff)
-}
-
-impl Intermediates {
-    /// Sizes every buffer for `n` rows, keeping the memory of larger ones (every one is
-    /// written before it is read, so old contents never leak into a forward).
-    fn fit(&mut self, c: &TransformerConfig, n: usize) {
-        for (b, width) in [
-            (&mut self.attn_norm, c.n_embd),
-            (&mut self.q, c.q_dim()),
-            (&mut self.k, c.kv_dim()),
-            (&mut self.v, c.kv_dim()),
-            (&mut self.kqv, c.q_dim()),
-            (&mut self.attn_out, c.n_embd),
-            (&mut self.ffn_inp, c.n_embd),
-            (&mut self.gate, c.n_ff),
-            (&mut self.up, c.n_ff),
-        ] {
-            b.fit(n * width);
+    /// A buffer's first `n` values read back (dumps only), empty when the read fails.
+    fn host(&self, b: &Buffer, n: usize) -> Vec<f32> {
+        let mut out = vec![0f32; n];
+        match self.be.read(b, &mut out) {
+            Ok(()) => out,
+            Err(_) => Vec::new(),
         }
     }
-}
 
-/// Zeroed f32s starting on a cache line: a matmul's threads write their 16 outputs of a row
-/// as whole lines (a skewed buffer splits each across two, shared with the next columns').
-struct LineAligned {
-    buf: Vec<f32>,
-    at: usize,
-    len: usize,
-}
-
-impl LineAligned {
-    /// f32s per 64-byte line.
-    const LINE: usize = 16;
-
-    fn zeros(len: usize) -> LineAligned {
-        let buf = vec![0f32; len + LineAligned::LINE];
-        let at = (buf.as_ptr() as usize / 4).wrapping_neg() % LineAligned::LINE;
-        LineAligned { buf, at, len }
-    }
-
-    /// `len` elements from the same line: the kept memory when it has room, else new zeros.
-    fn fit(&mut self, len: usize) {
-        if self.at + len <= self.buf.len() {
-            self.len = len;
-        } else {
-            *self = LineAligned::zeros(len);
+    fn dump_buffer(&self, name: &str, b: &Buffer, rows: usize, width: usize) {
+        if dumping() {
+            dump(name, &self.host(b, rows * width), width);
         }
     }
-}
-
-impl Default for LineAligned {
-    fn default() -> LineAligned {
-        LineAligned::zeros(0)
-    }
-}
-
-impl std::ops::Deref for LineAligned {
-    type Target = [f32];
-    fn deref(&self) -> &[f32] {
-        &self.buf[self.at..][..self.len]
-    }
-}
-
-impl std::ops::DerefMut for LineAligned {
-    fn deref_mut(&mut self) -> &mut [f32] {
-        &mut self.buf[self.at..][..self.len]
-    }
-}
-
-fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
-    if let Some(b) = bias {
-        for row in x.chunks_exact_mut(b.len()) {
-            add_into(row, b);
-        }
-    }
-}
-
-fn add_into(x: &mut [f32], y: &[f32]) {
-    x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
 }
 
 /// Whether `ISHIZUKI_DUMP` is set (read once), so a layer formats the names of its dumps only
@@ -341,22 +309,4 @@ fn dump(name: &str, x: &[f32], width: usize) {
         "{name}: sum {sum:.6} first {:?}",
         &last[..last.len().min(4)]
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::LineAligned;
-
-    /// Every buffer starts on a 64-byte line, holds exactly its length, and is zero.
-    #[test]
-    fn line_aligned_buffers_start_on_a_line() {
-        for len in [0, 1, 15, 16, 17, 1000, 512 * 1536] {
-            let mut b = LineAligned::zeros(len);
-            assert_eq!(b.as_ptr() as usize % 64, 0, "{len}");
-            assert_eq!(b.len(), len);
-            assert!(b.iter().all(|&v| v == 0.0));
-            b.iter_mut().for_each(|v| *v = 1.0);
-            assert_eq!(b.iter().sum::<f32>(), len as f32);
-        }
-    }
 }

@@ -4,12 +4,17 @@ use ishizuki_cpu::CpuBackend;
 use ishizuki_models::{Logits, Model};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 fn fixture(arch: &str) -> (Model, Value) {
+    fixture_on(arch, CpuBackend::new(2))
+}
+
+fn fixture_on(arch: &str, be: CpuBackend) -> (Model, Value) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     let reference = read_json(&dir.join(format!("tiny-{arch}.json")));
-    let model =
-        Model::load(dir.join(reference["gguf"].as_str().unwrap())).expect("tiny model loads");
+    let path = dir.join(reference["gguf"].as_str().unwrap());
+    let model = Model::load(path, Arc::new(be)).expect("tiny model loads");
     (model, reference)
 }
 
@@ -26,7 +31,7 @@ fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
 }
 
 fn check_against_transformers(arch: &str, backend: fn(usize) -> CpuBackend, tolerance: f32) {
-    let (model, reference) = fixture(arch);
+    let (_, reference) = fixture(arch);
     let tokens = ids(&reference["tokens"]);
     let want: Vec<f32> = reference["logits"]
         .as_array()
@@ -40,11 +45,9 @@ fn check_against_transformers(arch: &str, backend: fn(usize) -> CpuBackend, tole
         })
         .collect();
     for threads in [1, 2] {
-        let be = backend(threads);
-        let mut cache = model.new_cache(tokens.len());
-        let all = model
-            .forward(&be, &tokens, &mut cache, Logits::All)
-            .unwrap();
+        let (model, _) = fixture_on(arch, backend(threads));
+        let mut cache = model.new_cache(tokens.len()).unwrap();
+        let all = model.forward(&tokens, &mut cache, Logits::All).unwrap();
         let err = max_abs_diff(&all, &want);
         assert!(
             err < tolerance,
@@ -52,10 +55,10 @@ fn check_against_transformers(arch: &str, backend: fn(usize) -> CpuBackend, tole
         );
 
         // Decode one token at a time through the cache: the same logits as the full forward.
-        let mut cache = model.new_cache(tokens.len());
+        let mut cache = model.new_cache(tokens.len()).unwrap();
         let n_vocab = model.config.n_vocab;
         for (i, t) in tokens.iter().enumerate() {
-            let row = model.forward(&be, &[*t], &mut cache, Logits::Last).unwrap();
+            let row = model.forward(&[*t], &mut cache, Logits::Last).unwrap();
             let err = max_abs_diff(&row, &want[i * n_vocab..(i + 1) * n_vocab]);
             assert!(err < tolerance, "{arch}: decode step {i} differs by {err}");
         }
@@ -63,7 +66,7 @@ fn check_against_transformers(arch: &str, backend: fn(usize) -> CpuBackend, tole
         // Chunked prefill after a truncate: the cache rolls back and refills exactly.
         cache.truncate(3);
         let rest = model
-            .forward(&be, &tokens[3..], &mut cache, Logits::All)
+            .forward(&tokens[3..], &mut cache, Logits::All)
             .unwrap();
         let err = max_abs_diff(&rest, &want[3 * n_vocab..]);
         assert!(
@@ -92,11 +95,9 @@ fn tiny_gemma3_matches_transformers() {
 fn kept_intermediates_change_no_result() {
     let (model, reference) = fixture("llama");
     let tokens = ids(&reference["tokens"]);
-    let be = CpuBackend::new(2);
     let run = |m: &Model, n: usize| {
-        let mut cache = m.new_cache(tokens.len());
-        m.forward(&be, &tokens[..n], &mut cache, Logits::All)
-            .unwrap()
+        let mut cache = m.new_cache(tokens.len()).unwrap();
+        m.forward(&tokens[..n], &mut cache, Logits::All).unwrap()
     };
     let want = run(&fixture("llama").0, 3);
     run(&model, tokens.len());
@@ -114,26 +115,21 @@ fn kept_intermediates_change_no_result() {
 #[test]
 fn verification_rows_equal_one_row_decodes() {
     for arch in ["llama", "gemma3"] {
-        let (model, _) = fixture(arch);
-        let n_vocab = model.config.n_vocab as u32;
-        let prompt: Vec<u32> = (0..23).map(|i| (7 + i * 13) % n_vocab).collect();
-        let next: Vec<u32> = (0..16).map(|i| (3 + i * 29) % n_vocab).collect();
         for threads in [1, 2, 3] {
-            let be = CpuBackend::new(threads);
-            let rows = ishizuki_core::Backend::verify_rows(&be).min(next.len());
-            let mut cache = model.new_cache(64);
-            model
-                .forward(&be, &prompt, &mut cache, Logits::None)
-                .unwrap();
+            let (model, _) = fixture_on(arch, CpuBackend::new(threads));
+            let n_vocab = model.config.n_vocab as u32;
+            let prompt: Vec<u32> = (0..23).map(|i| (7 + i * 13) % n_vocab).collect();
+            let next: Vec<u32> = (0..16).map(|i| (3 + i * 29) % n_vocab).collect();
+            let rows = model.backend().verify_rows().min(next.len());
+            let mut cache = model.new_cache(64).unwrap();
+            model.forward(&prompt, &mut cache, Logits::None).unwrap();
             let alone: Vec<f32> = next[..rows]
                 .iter()
-                .flat_map(|&t| model.forward(&be, &[t], &mut cache, Logits::Last).unwrap())
+                .flat_map(|&t| model.forward(&[t], &mut cache, Logits::Last).unwrap())
                 .collect();
             for k in 2..=rows {
                 cache.truncate(prompt.len());
-                let together = model
-                    .forward(&be, &next[..k], &mut cache, Logits::All)
-                    .unwrap();
+                let together = model.forward(&next[..k], &mut cache, Logits::All).unwrap();
                 let same = together
                     .iter()
                     .zip(&alone)
@@ -151,10 +147,9 @@ fn verification_rows_equal_one_row_decodes() {
 fn prompt_longer_than_context_is_an_error() {
     let (model, reference) = fixture("llama");
     let tokens = ids(&reference["tokens"]);
-    let be = CpuBackend::new(1);
-    let mut cache = model.new_cache(tokens.len() - 1);
+    let mut cache = model.new_cache(tokens.len() - 1).unwrap();
     let err = model
-        .forward(&be, &tokens, &mut cache, Logits::Last)
+        .forward(&tokens, &mut cache, Logits::Last)
         .unwrap_err();
     assert!(
         err.to_string().contains("does not fit the context"),
@@ -180,9 +175,10 @@ fn read_json(path: &Path) -> Value {
     serde_json::from_str(&text).expect("fixture json")
 }
 
-/// A type the file format knows but no kernel implements loads, and fails when used, naming it.
+/// A type the file format knows but no kernel implements is an error at load naming the tensor
+/// and the type, never a forward that fails later.
 #[test]
-fn unsupported_weight_type_fails_when_used() {
+fn unsupported_weight_type_fails_at_load() {
     use ishizuki_core::GgmlType;
     use ishizuki_formats::{GgufFile, GgufWriter};
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
@@ -202,11 +198,11 @@ fn unsupported_weight_type_fails_when_used() {
                 .unwrap();
         }
     }
-    let model =
-        Model::from_gguf(GgufFile::from_bytes(w.to_bytes()).unwrap()).expect("loads as metadata");
-    let mut cache = model.new_cache(8);
-    let err = model
-        .forward(&CpuBackend::new(1), &[1, 2, 3], &mut cache, Logits::Last)
-        .unwrap_err();
-    assert!(err.to_string().contains("IQ2_XXS"), "{err}");
+    let file = GgufFile::from_bytes(w.to_bytes()).unwrap();
+    for be in [CpuBackend::new(1), CpuBackend::exact(1)] {
+        let file = GgufFile::from_bytes(file.bytes().to_vec()).unwrap();
+        let err = Model::from_gguf(file, Arc::new(be)).err().expect("refused");
+        let msg = err.to_string();
+        assert!(msg.contains("IQ2_XXS") && msg.contains(retyped), "{msg}");
+    }
 }

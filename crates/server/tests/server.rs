@@ -44,9 +44,7 @@ fn config(api_key: Option<&str>) -> ServerConfig {
 
 /// A server on an ephemeral loopback port, serving from a thread of its own.
 fn start(path: &PathBuf, n_ctx: usize, api_key: Option<&str>) -> SocketAddr {
-    let mut model = Model::load(path).unwrap();
-    let backend = CpuBackend::new(2);
-    model.pack_weights(&backend);
+    let model = Model::load(path, Arc::new(CpuBackend::new(2))).unwrap();
     let tokenizer = Tokenizer::from_gguf(model.file()).unwrap();
     let template = model
         .file()
@@ -54,7 +52,7 @@ fn start(path: &PathBuf, n_ctx: usize, api_key: Option<&str>) -> SocketAddr {
         .and_then(|v| v.as_str())
         .map(str::to_string);
     let text = TextModel::new("smollm2".into(), tokenizer, template.as_deref(), n_ctx).unwrap();
-    let engine = Engine::new(Arc::new(text), model, Arc::new(backend), 2);
+    let engine = Engine::new(Arc::new(text), model, 2);
     let state = AppState::new(config(api_key));
     state.engine.set(EngineHandle::spawn(engine)).ok().unwrap();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

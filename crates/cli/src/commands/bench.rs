@@ -6,6 +6,7 @@ use ishizuki::fetch::resolve_model;
 use ishizuki_core::Backend;
 use ishizuki_cpu::CpuBackend;
 use ishizuki_models::{KvCache, Logits, Model};
+use std::sync::Arc;
 use std::time::Instant;
 
 #[derive(clap::Args)]
@@ -96,13 +97,7 @@ fn tokens(n: usize, n_vocab: usize, seed: u64) -> Vec<u32> {
 }
 
 /// One timed run of a test from `depth`; returns tokens per second.
-fn run_once(
-    model: &Model,
-    be: &dyn Backend,
-    cache: &mut KvCache,
-    t: &Test,
-    rep: u64,
-) -> CliResult<f64> {
+fn run_once(model: &Model, cache: &mut KvCache, t: &Test, rep: u64) -> CliResult<f64> {
     cache.truncate(t.n_depth);
     let n_vocab = model.config.n_vocab;
     let t0 = Instant::now();
@@ -110,28 +105,28 @@ fn run_once(
         let ids = tokens(t.n_rows, n_vocab, rep + 1);
         for _ in 0..ROW_FORWARDS {
             cache.truncate(t.n_depth);
-            model.forward(be, &ids, cache, Logits::All)?;
+            model.forward(&ids, cache, Logits::All)?;
         }
         return Ok((ROW_FORWARDS * t.n_rows) as f64 / t0.elapsed().as_secs_f64());
     }
     if t.n_prompt > 0 {
         let ids = tokens(t.n_prompt, n_vocab, rep + 1);
         for chunk in ids.chunks(2048) {
-            model.forward(be, chunk, cache, Logits::Last)?;
+            model.forward(chunk, cache, Logits::Last)?;
         }
         return Ok(t.n_prompt as f64 / t0.elapsed().as_secs_f64());
     }
     for id in tokens(t.n_gen, n_vocab, rep + 1) {
-        model.forward(be, &[id], cache, Logits::Last)?;
+        model.forward(&[id], cache, Logits::Last)?;
     }
     Ok(t.n_gen as f64 / t0.elapsed().as_secs_f64())
 }
 
 /// Fills the cache with `depth` tokens (untimed).
-fn fill_depth(model: &Model, be: &dyn Backend, cache: &mut KvCache, depth: usize) -> CliResult {
+fn fill_depth(model: &Model, cache: &mut KvCache, depth: usize) -> CliResult {
     cache.clear();
     for chunk in tokens(depth, model.config.n_vocab, 999).chunks(512) {
-        model.forward(be, chunk, cache, Logits::None)?;
+        model.forward(chunk, cache, Logits::None)?;
     }
     Ok(())
 }
@@ -183,26 +178,31 @@ pub fn run(a: BenchArgs) -> CliResult {
         return Err("-r must be at least 1".into());
     }
     let path = resolve_model(&a.model)?;
-    let mut model = Model::load(&path)?;
-    let cpu = CpuBackend::new(a.threads);
-    let profiled = Profiled::new(&cpu);
-    let be: &dyn Backend = if a.profile { &profiled } else { &cpu };
-    let packed = model.pack_weights(be);
+    let cpu = Arc::new(CpuBackend::new(a.threads));
+    let profiled = a.profile.then(|| Arc::new(Profiled::new(cpu.clone())));
+    let be: Arc<dyn Backend> = match &profiled {
+        Some(p) => p.clone(),
+        None => cpu.clone(),
+    };
+    let t_load = Instant::now();
+    let model = Model::load(&path, be)?;
+    let load_secs = t_load.elapsed().as_secs_f64();
+    let packed = model.backend_bytes();
     let mut tests = plan(&a);
     let max_ctx = tests
         .iter()
         .map(|t| t.n_depth + t.n_prompt + t.n_gen + t.n_rows)
         .max()
         .unwrap_or(1);
-    let mut cache = model.new_cache(max_ctx);
+    let mut cache = model.new_cache(max_ctx)?;
     let t0 = Instant::now();
     for t in &mut tests {
-        fill_depth(&model, be, &mut cache, t.n_depth)?;
-        run_once(&model, be, &mut cache, t, 0)?;
+        fill_depth(&model, &mut cache, t.n_depth)?;
+        run_once(&model, &mut cache, t, 0)?;
         // the timeline (a `trace` build) holds the last test's timed runs
         ishizuki_cpu::trace::clear();
         for rep in 1..=a.reps as u64 {
-            let ts = run_once(&model, be, &mut cache, t, rep)?;
+            let ts = run_once(&model, &mut cache, t, rep)?;
             t.samples_ts.push(ts);
         }
     }
@@ -243,11 +243,11 @@ pub fn run(a: BenchArgs) -> CliResult {
         eprintln!("peak memory: {:.1} MiB", mib(peak));
     }
     eprintln!(
-        "weights repacked or copied to huge pages at load: {:.1} MiB",
+        "load {load_secs:.2} s; weights repacked or copied to huge pages at load: {:.1} MiB",
         mib(packed as u64)
     );
-    if a.profile {
-        profiled.print(wall);
+    if let Some(p) = profiled {
+        p.print(wall);
     }
     Ok(())
 }

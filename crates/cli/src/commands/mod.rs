@@ -10,6 +10,7 @@ pub mod serve;
 pub mod tokenize;
 
 use ishizuki::fetch::resolve_model;
+use ishizuki_core::Backend;
 use ishizuki_cpu::CpuBackend;
 use ishizuki_engine::draft::{check_vocab, DraftModel};
 use ishizuki_engine::{Engine, TextModel};
@@ -24,7 +25,6 @@ pub type CliResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 pub struct Loaded {
     pub model: Model,
     pub tokenizer: Tokenizer,
-    pub backend: CpuBackend,
 }
 
 /// Resolves `-m` (a path or a curated name), loads the model, its tokenizer and a backend;
@@ -32,10 +32,10 @@ pub struct Loaded {
 pub fn load(model_arg: &str, threads: usize, quiet: bool) -> CliResult<Loaded> {
     let path = resolve_model(model_arg)?;
     let t0 = Instant::now();
-    let mut model = Model::load(&path)?;
+    let backend: Arc<dyn Backend> = Arc::new(CpuBackend::new(threads));
+    let model = Model::load(&path, backend)?;
     let tokenizer = Tokenizer::from_gguf(model.file())?;
-    let backend = CpuBackend::new(threads);
-    let packed = model.pack_weights(&backend);
+    let packed = model.backend_bytes();
     let c = &model.config;
     if !quiet {
         eprintln!(
@@ -46,15 +46,11 @@ pub fn load(model_arg: &str, threads: usize, quiet: bool) -> CliResult<Loaded> {
             c.n_embd,
             c.n_vocab,
             t0.elapsed().as_secs_f64(),
-            ishizuki_core::Backend::name(&backend),
+            model.backend().name(),
             packed as f64 / (1 << 20) as f64
         );
     }
-    Ok(Loaded {
-        model,
-        tokenizer,
-        backend,
-    })
+    Ok(Loaded { model, tokenizer })
 }
 
 /// How an engine is set up: the context, the prefix-cache slots, the name clients see and
@@ -84,21 +80,20 @@ pub struct DraftArgs {
 fn load_draft(
     arg: &str,
     target: &Tokenizer,
-    backend: Arc<dyn ishizuki_core::Backend>,
+    backend: Arc<dyn Backend>,
     n_ctx: usize,
 ) -> CliResult<DraftModel> {
     let path = resolve_model(arg)?;
-    let mut model = Model::load(&path)?;
+    let model = Model::load(&path, backend)?;
     let tokenizer = Tokenizer::from_gguf(model.file())?;
     check_vocab(target, &tokenizer).map_err(|e| format!("--draft-model {arg}: {e}"))?;
-    model.pack_weights(&*backend);
     eprintln!(
         "draft model {} ({}, {} layers)",
         path.display(),
         model.config.arch,
         model.config.n_layer
     );
-    Ok(DraftModel::new(model, backend, n_ctx))
+    Ok(DraftModel::new(model, n_ctx)?)
 }
 
 /// Loads `model_arg` into an engine (model, tokenizer, chat template, backend).
@@ -124,13 +119,12 @@ pub fn load_engine(model_arg: &str, threads: usize, o: &EngineOptions) -> CliRes
         let budget = available_memory().unwrap_or(4 << 30) / 4;
         ishizuki_engine::prefix_cache::slots_for_budget(&l.model, n_ctx, budget)
     });
-    let backend: Arc<dyn ishizuki_core::Backend> = Arc::new(l.backend);
+    let backend = l.model.backend().clone();
     let draft = match &o.draft.draft_model {
         Some(arg) => Some(load_draft(arg, &text.tokenizer, backend.clone(), n_ctx)?),
         None => None,
     };
-    let mut engine =
-        Engine::new(Arc::new(text), l.model, backend, slots).with_drafting(!o.draft.no_draft);
+    let mut engine = Engine::new(Arc::new(text), l.model, slots).with_drafting(!o.draft.no_draft);
     if let Some(d) = draft {
         engine = engine.with_draft_model(d);
     }

@@ -30,7 +30,7 @@ pub fn run(a: PerplexityArgs) -> CliResult {
     let ids = l.tokenizer.encode(&text, false, false);
     let bos = l.tokenizer.bos_id().filter(|_| l.tokenizer.add_bos());
     let t0 = std::time::Instant::now();
-    let p = ishizuki_engine::perplexity(&l.model, &l.backend, &ids, bos, a.ctx, a.chunks, 512)?;
+    let p = ishizuki_engine::perplexity(&l.model, &ids, bos, a.ctx, a.chunks, 512)?;
     let secs = t0.elapsed().as_secs_f64();
     if a.json {
         println!(

@@ -1,18 +1,19 @@
 //! `bench --profile`: a backend that times every op of the one it wraps, so a run shows where
 //! its time goes (by op, matmuls by weight type and row count) on machines without a profiler.
-use half::f16;
 use ishizuki_core::backend::{Activation, AttnParams, NormKind, RopeKind};
-use ishizuki_core::{Backend, GgmlType, PackedWeight, Result, WeightView};
+use ishizuki_core::{
+    Backend, Buffer, ForwardMeta, GgmlType, KvShape, KvStore, LoadedWeight, Result, WeightSource,
+};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// What one line of the profile sums: the op, the weight type of a matmul with its inputs and
 /// outputs per row (all its weights' outputs), and its row class.
 type Key = (&'static str, Option<(GgmlType, usize, usize)>, &'static str);
 
-pub struct Profiled<'a> {
-    inner: &'a dyn Backend,
+pub struct Profiled {
+    inner: Arc<dyn Backend>,
     ops: Mutex<HashMap<Key, (Duration, u64)>>,
 }
 
@@ -24,8 +25,8 @@ fn rows_class(rows: usize) -> &'static str {
     }
 }
 
-impl<'a> Profiled<'a> {
-    pub fn new(inner: &'a dyn Backend) -> Profiled<'a> {
+impl Profiled {
+    pub fn new(inner: Arc<dyn Backend>) -> Profiled {
         Profiled {
             inner,
             ops: Mutex::new(HashMap::new()),
@@ -66,26 +67,54 @@ impl<'a> Profiled<'a> {
     }
 }
 
-impl Backend for Profiled<'_> {
+impl Backend for Profiled {
     fn name(&self) -> String {
         self.inner.name()
     }
 
-    fn pack(&self, w: &WeightView, consumed: &mut dyn FnMut(&[u8])) -> Option<PackedWeight> {
-        self.inner.pack(w, consumed)
+    fn batch_invariant_rows(&self) -> usize {
+        self.inner.batch_invariant_rows()
     }
 
-    fn matmul(&self, w: &WeightView, x: &[f32], rows: usize, out: &mut [f32]) -> Result<()> {
+    fn verify_rows(&self) -> usize {
+        self.inner.verify_rows()
+    }
+
+    fn load_weight(
+        &self,
+        src: &WeightSource,
+        consumed: &mut dyn FnMut(&[u8]),
+    ) -> Result<LoadedWeight> {
+        self.inner.load_weight(src, consumed)
+    }
+
+    fn load_vector(&self, data: &[f32]) -> Result<Buffer> {
+        self.inner.load_vector(data)
+    }
+
+    fn alloc(&self, len: usize) -> Result<Buffer> {
+        self.inner.alloc(len)
+    }
+
+    fn alloc_kv(&self, shape: KvShape) -> Result<KvStore> {
+        self.inner.alloc_kv(shape)
+    }
+
+    fn prepare(&self, meta: &mut ForwardMeta) -> Result<()> {
+        self.inner.prepare(meta)
+    }
+
+    fn matmul(&self, w: &LoadedWeight, x: &Buffer, rows: usize, out: &mut Buffer) -> Result<()> {
         let key = ("matmul", Some((w.ty, w.n_in, w.n_out)), rows_class(rows));
         self.time(key, || self.inner.matmul(w, x, rows, out))
     }
 
     fn matmul_multi(
         &self,
-        ws: &[WeightView],
-        x: &[f32],
+        ws: &[&LoadedWeight],
+        x: &Buffer,
         rows: usize,
-        outs: &mut [&mut [f32]],
+        outs: &mut [&mut Buffer],
     ) -> Result<()> {
         let n_out = ws.iter().map(|w| w.n_out).sum();
         let key = (
@@ -96,81 +125,135 @@ impl Backend for Profiled<'_> {
         self.time(key, || self.inner.matmul_multi(ws, x, rows, outs))
     }
 
-    fn embed(&self, table: &WeightView, ids: &[u32], out: &mut [f32]) -> Result<()> {
-        self.time(("embed", None, ""), || self.inner.embed(table, ids, out))
-    }
-
-    fn rms_norm(&self, x: &mut [f32], w: &[f32], eps: f32, kind: NormKind) {
-        self.time(("rms_norm", None, ""), || {
-            self.inner.rms_norm(x, w, eps, kind)
-        })
-    }
-
-    fn add_rms_norm(
-        &self,
-        x: &mut [f32],
-        delta: Option<&[f32]>,
-        out: &mut [f32],
-        w: &[f32],
-        eps: f32,
-        kind: NormKind,
-    ) {
-        self.time(("add_rms_norm", None, ""), || {
-            self.inner.add_rms_norm(x, delta, out, w, eps, kind)
-        })
-    }
-
-    fn rope(
-        &self,
-        x: &mut [f32],
-        n_head: usize,
-        head_dim: usize,
-        positions: &[u32],
-        theta: f32,
-        freq_scale: f32,
-        kind: RopeKind,
-    ) {
-        self.time(("rope", None, ""), || {
-            self.inner
-                .rope(x, n_head, head_dim, positions, theta, freq_scale, kind)
-        })
-    }
-
-    fn attention(
-        &self,
-        q: &[f32],
-        k: &[f16],
-        v: &[f16],
-        n_kv: usize,
-        positions: &[u32],
-        p: &AttnParams,
-        out: &mut [f32],
-    ) -> Result<()> {
-        let key = ("attention", None, rows_class(positions.len()));
-        self.time(key, || {
-            self.inner.attention(q, k, v, n_kv, positions, p, out)
-        })
-    }
-
-    fn glu(&self, gate: &mut [f32], up: &[f32], act: Activation) {
-        self.time(("glu", None, ""), || self.inner.glu(gate, up, act))
-    }
-
     fn matmul_glu(
         &self,
-        ws: &[WeightView; 2],
-        x: &[f32],
+        ws: [&LoadedWeight; 2],
+        x: &Buffer,
         rows: usize,
-        gate: &mut [f32],
-        up: &mut [f32],
+        gate: &mut Buffer,
+        up: &mut Buffer,
         act: Activation,
     ) -> Result<()> {
-        let [w, _] = ws;
+        let w = ws[0];
         let key = (
             "matmul_glu",
             Some((w.ty, w.n_in, w.n_out)),
             rows_class(rows),
         );
         self.time(key, || self.inner.matmul_glu(ws, x, rows, gate, up, act))
+    }
+
+    fn embed(&self, table: &LoadedWeight, meta: &ForwardMeta, out: &mut Buffer) -> Result<()> {
+        self.time(("embed", None, ""), || self.inner.embed(table, meta, out))
+    }
+
+    fn rms_norm(
+        &self,
+        x: &mut Buffer,
+        rows: usize,
+        w: &Buffer,
+        eps: f32,
+        kind: NormKind,
+    ) -> Result<()> {
+        self.time(("rms_norm", None, ""), || {
+            self.inner.rms_norm(x, rows, w, eps, kind)
+        })
+    }
+
+    fn add_rms_norm(
+        &self,
+        x: &mut Buffer,
+        delta: Option<&Buffer>,
+        out: &mut Buffer,
+        rows: usize,
+        w: &Buffer,
+        eps: f32,
+        kind: NormKind,
+    ) -> Result<()> {
+        self.time(("add_rms_norm", None, ""), || {
+            self.inner.add_rms_norm(x, delta, out, rows, w, eps, kind)
+        })
+    }
+
+    fn add_bias(&self, x: &mut Buffer, rows: usize, b: &Buffer) -> Result<()> {
+        self.time(("add_bias", None, ""), || self.inner.add_bias(x, rows, b))
+    }
+
+    fn add(&self, x: &mut Buffer, y: &Buffer, n: usize) -> Result<()> {
+        self.time(("add", None, ""), || self.inner.add(x, y, n))
+    }
+
+    fn scale(&self, x: &mut Buffer, n: usize, s: f32) -> Result<()> {
+        self.time(("scale", None, ""), || self.inner.scale(x, n, s))
+    }
+
+    fn softcap(&self, x: &mut Buffer, n: usize, cap: f32) -> Result<()> {
+        self.time(("softcap", None, ""), || self.inner.softcap(x, n, cap))
+    }
+
+    fn rope(
+        &self,
+        x: &mut Buffer,
+        n_head: usize,
+        head_dim: usize,
+        meta: &ForwardMeta,
+        theta: f32,
+        freq_scale: f32,
+        kind: RopeKind,
+    ) -> Result<()> {
+        self.time(("rope", None, ""), || {
+            self.inner
+                .rope(x, n_head, head_dim, meta, theta, freq_scale, kind)
+        })
+    }
+
+    fn write_kv(
+        &self,
+        kv: &mut KvStore,
+        layer: usize,
+        k: &Buffer,
+        v: &Buffer,
+        meta: &ForwardMeta,
+    ) -> Result<()> {
+        self.time(("write_kv", None, ""), || {
+            self.inner.write_kv(kv, layer, k, v, meta)
+        })
+    }
+
+    fn attention(
+        &self,
+        q: &Buffer,
+        kv: &KvStore,
+        layer: usize,
+        meta: &ForwardMeta,
+        p: &AttnParams,
+        out: &mut Buffer,
+    ) -> Result<()> {
+        let key = ("attention", None, rows_class(meta.rows()));
+        self.time(key, || self.inner.attention(q, kv, layer, meta, p, out))
+    }
+
+    fn glu(&self, gate: &mut Buffer, up: &Buffer, n: usize, act: Activation) -> Result<()> {
+        self.time(("glu", None, ""), || self.inner.glu(gate, up, n, act))
+    }
+
+    fn gather_rows(
+        &self,
+        src: &Buffer,
+        width: usize,
+        meta: &ForwardMeta,
+        dst: &mut Buffer,
+    ) -> Result<()> {
+        self.time(("gather_rows", None, ""), || {
+            self.inner.gather_rows(src, width, meta, dst)
+        })
+    }
+
+    fn read(&self, x: &Buffer, out: &mut [f32]) -> Result<()> {
+        self.time(("read", None, ""), || self.inner.read(x, out))
+    }
+
+    fn argmax(&self, x: &Buffer, rows: usize, width: usize) -> Result<Vec<u32>> {
+        self.time(("argmax", None, ""), || self.inner.argmax(x, rows, width))
     }
 }

@@ -3,10 +3,8 @@
 //! prefix after each verification; what it has not seen yet is forwarded with the next draft).
 use super::{Distribution, Draft, DraftSource, Proposal};
 use crate::sampler::{argmax, Sampler, SamplerConfig};
-use ishizuki_core::Backend;
-use ishizuki_models::{KvCache, Logits, Model};
+use ishizuki_models::{KvCache, Logits, Model, ModelError};
 use ishizuki_text::Tokenizer;
-use std::sync::Arc;
 use std::time::Instant;
 
 /// Tokens per prefill forward of the draft model.
@@ -21,7 +19,6 @@ pub struct VocabMismatch(pub String);
 
 pub struct DraftModel {
     model: Model,
-    backend: Arc<dyn Backend>,
     cache: KvCache,
     /// The tokens whose keys and values `cache` holds.
     cached: Vec<u32>,
@@ -61,12 +58,11 @@ pub fn check_vocab(target: &Tokenizer, draft: &Tokenizer) -> Result<(), VocabMis
 }
 
 impl DraftModel {
-    /// `model` (packed for `backend`) with room for `n_ctx` tokens, like the target's context.
-    pub fn new(model: Model, backend: Arc<dyn Backend>, n_ctx: usize) -> DraftModel {
-        let cache = model.new_cache(n_ctx);
-        DraftModel {
+    /// `model` with room for `n_ctx` tokens, like the target's context, in its backend.
+    pub fn new(model: Model, n_ctx: usize) -> Result<DraftModel, ModelError> {
+        let cache = model.new_cache(n_ctx)?;
+        Ok(DraftModel {
             model,
-            backend,
             cache,
             cached: Vec::new(),
             pending: Vec::new(),
@@ -75,7 +71,7 @@ impl DraftModel {
             sampler: None,
             secs_per_token: 0.0,
             failure: None,
-        }
+        })
     }
 
     /// Forwards `tokens` into the cache in chunks; the last chunk's last logits.
@@ -90,7 +86,7 @@ impl DraftModel {
             };
             logits = self
                 .model
-                .forward(&*self.backend, chunk, &mut self.cache, want)
+                .forward(chunk, &mut self.cache, want)
                 .map_err(|e| format!("draft model: {e}"))?;
             self.cached.extend_from_slice(chunk);
         }

@@ -62,7 +62,8 @@ impl Deref for Storage {
 }
 
 pub struct GgufFile {
-    storage: Storage,
+    /// Shared, so what reads tensors in place (a CPU backend's weights) keeps it mapped.
+    storage: std::sync::Arc<Storage>,
     /// Unique among the files this process opened: a `TensorAt` names bytes of this one only.
     id: u64,
     pub version: u32,
@@ -102,7 +103,7 @@ impl GgufFile {
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let p = reader::parse(&storage)?;
         Ok(GgufFile {
-            storage,
+            storage: std::sync::Arc::new(storage),
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             version: p.version,
             metadata: p.metadata,
@@ -112,6 +113,12 @@ impl GgufFile {
             alignment: p.alignment,
             data_offset: p.data_offset,
         })
+    }
+
+    /// What keeps the file's bytes mapped and unmoved: every slice of `bytes` stays valid as
+    /// long as it lives, also past this `GgufFile`.
+    pub fn owner(&self) -> std::sync::Arc<dyn std::any::Any + Send + Sync> {
+        self.storage.clone()
     }
 
     /// The whole file.
@@ -209,7 +216,7 @@ impl GgufFile {
     /// resident set, for a caller that keeps its own copy; a later read maps them again from
     /// the file. Bytes of a file read into memory, or from elsewhere, are left alone.
     pub fn release_pages(&self, bytes: &[u8]) {
-        let Storage::Mapped(map) = &self.storage else {
+        let Storage::Mapped(map) = &*self.storage else {
             return;
         };
         let (base, at) = (map.as_ptr() as usize, bytes.as_ptr() as usize);
