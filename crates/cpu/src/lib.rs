@@ -116,7 +116,7 @@ impl Backend for CpuBackend {
         }
         // the exact backend multiplies the file's layout in f32
         let packed = match src.role.matmul && !self.exact {
-            true => packed::pack(w, &self.arena, consumed),
+            true => packed::pack(w, &self.arena, &self.pool, consumed),
             false => None,
         };
         let bytes = packed.as_ref().map_or(0, |p| p.bytes);

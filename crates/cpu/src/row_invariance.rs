@@ -30,7 +30,12 @@ fn first_difference(ty: ishizuki_core::GgmlType) -> Option<usize> {
     let mut rng = Rng(0x5eed ^ ty as u64);
     let wq = weights(ty, n_out, k, &mut rng);
     let mut view = WeightView::new(ty, n_out, k, &wq);
-    let copy = crate::packed::pack(&view, &HugeArena::default(), &mut |_| {});
+    let copy = crate::packed::pack(
+        &view,
+        &HugeArena::default(),
+        &crate::pool::ThreadPool::new(1),
+        &mut |_| {},
+    );
     view.packed = copy.as_ref();
     let x: Vec<f32> = (0..VERIFY_ROWS * k).map(|_| rng.unit()).collect();
     let single = row_by_row(&pool, &view, &x, k);

@@ -400,7 +400,12 @@ fn unpack_cost() {
     let (ty, n_out, k) = (GgmlType::Q4_1, 1536, 576);
     let w = weights(ty, n_out, k, &mut Rng(3));
     let arena = ishizuki_core::huge::HugeArena::default();
-    let copy = crate::packed::pack(&WeightView::new(ty, n_out, k, &w), &arena, &mut |_| {});
+    let copy = crate::packed::pack(
+        &WeightView::new(ty, n_out, k, &w),
+        &arena,
+        &crate::pool::ThreadPool::new(2),
+        &mut |_| {},
+    );
     let view = WeightView {
         packed: copy.as_ref(),
         ..WeightView::new(ty, n_out, k, &w)
@@ -439,7 +444,12 @@ fn gemm_throughput() {
     let arena = ishizuki_core::huge::HugeArena::default();
     for (n_out, k) in [(1536, 576), (576, 1536)] {
         let w = weights(ty, n_out, k, &mut Rng(5));
-        let copy = crate::packed::pack(&WeightView::new(ty, n_out, k, &w), &arena, &mut |_| {});
+        let copy = crate::packed::pack(
+            &WeightView::new(ty, n_out, k, &w),
+            &arena,
+            &crate::pool::ThreadPool::new(2),
+            &mut |_| {},
+        );
         let view = WeightView {
             packed: copy.as_ref(),
             ..WeightView::new(ty, n_out, k, &w)

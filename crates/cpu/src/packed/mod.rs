@@ -93,13 +93,13 @@ use ishizuki_core::{GgmlType, PackedWeight, WeightView};
 use spans::Chunks;
 use std::cell::RefCell;
 use std::ops::Range;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Rows per tile.
 pub const NR: usize = 16;
 /// Elements per sub-block.
 const SUB: usize = 32;
-/// Source rows handed back to the caller at a time while packing (whole tiles).
+/// Source rows one packing task reads (whole tiles).
 const RELEASE_ROWS: usize = 64 * NR;
 /// Most activation rows the packed kernels take (decode, draft verification); more go to the
 /// GEMM, which is as fast from about 24 rows on here (`rows_sweep`) and takes AMX.
@@ -258,10 +258,12 @@ impl Packed {
             .wrapping_add(self.buf.mapped_after())
     }
 
-    /// Packs `w` into `arena`, or None when its type has no packed kind, a row is malformed, or a scale or
-    /// min is not exact in f16. `consumed` gets each whole tile's rows of `w.data` once read.
+    /// Packs `w` into `arena` on all of `pool`'s threads, or None when its type has no packed
+    /// kind, a row is malformed, or a scale or min is not exact in f16. `consumed` gets each
+    /// batch of `w.data`'s rows once they are read.
     pub fn new(
         arena: &HugeArena,
+        pool: &ThreadPool,
         w: &WeightView,
         consumed: &mut dyn FnMut(&[u8]),
     ) -> Option<Packed> {
@@ -279,37 +281,66 @@ impl Packed {
             n_in: k,
             buf: arena.alloc(n_tiles * tile_bytes)?,
         };
-        let (mut q, mut scale, mut min) = (vec![0u8; k], vec![0f32; k / SUB], vec![0f32; k / SUB]);
-        for r in 0..w.n_out {
-            let src = &w.data[r * row_bytes..][..row_bytes];
-            if !unpack::unpack_row(w.ty, src, &mut q, &mut scale, &mut min) {
+        let failed = AtomicBool::new(false);
+        let buf = SharedMut(p.buf.as_mut_ptr());
+        // a batch of tiles per thread, then the batch's source rows go back to the caller
+        let per_task = RELEASE_ROWS / NR;
+        let batch = per_task * pool.n_threads();
+        for first in (0..n_tiles).step_by(batch) {
+            let tiles = first..(first + batch).min(n_tiles);
+            pool.run(tiles.len().div_ceil(per_task), &|task| {
+                let start = tiles.start + task * per_task;
+                let mine = start..(start + per_task).min(tiles.end);
+                // SAFETY: each task writes only its own tiles, which lie inside `buf`
+                let out = unsafe {
+                    let at = buf.ptr().add(mine.start * tile_bytes);
+                    std::slice::from_raw_parts_mut(at, mine.len() * tile_bytes)
+                };
+                if pack_tiles(kind, w, mine, out).is_none() {
+                    failed.store(true, Ordering::Relaxed);
+                }
+            });
+            if failed.load(Ordering::Relaxed) {
                 return None;
             }
-            let (tile, n) = (&mut p.buf[r / NR * tile_bytes..][..tile_bytes], r % NR);
-            for s in 0..k / SUB {
-                let at = kind.quants_at(s);
-                kind.put_quants(&mut tile[at..], n, &q[s * SUB..][..SUB]);
-            }
-            if kind == Kind::NibblesK {
-                put_k_heads(tile, n, src)?;
-            } else {
-                for s in 0..k / SUB {
-                    let heads = &mut tile[kind.heads_at(s)..];
-                    put_f16(&mut heads[2 * n..], scale[s])?;
-                    if kind.stores_mins() {
-                        put_f16(&mut heads[2 * (NR + n)..], min[s])?;
-                    } else if min[s] != -kind.offset() * scale[s] {
-                        return None;
-                    }
-                }
-            }
-            if (r + 1) % RELEASE_ROWS == 0 || r + 1 == w.n_out {
-                let first = r / RELEASE_ROWS * RELEASE_ROWS;
-                consumed(&w.data[first * row_bytes..(r + 1) * row_bytes]);
-            }
+            let rows = tiles.start * NR..(tiles.end * NR).min(w.n_out);
+            consumed(&w.data[rows.start * row_bytes..rows.end * row_bytes]);
         }
         Some(p)
     }
+}
+
+/// Packs the rows of `tiles` of `w` into `out`, those tiles' bytes.
+fn pack_tiles(kind: Kind, w: &WeightView, tiles: Range<usize>, out: &mut [u8]) -> Option<()> {
+    let k = w.n_in;
+    let (row_bytes, tile_bytes) = (w.row_bytes().ok()?, out.len() / tiles.len().max(1));
+    let (mut q, mut scale, mut min) = (vec![0u8; k], vec![0f32; k / SUB], vec![0f32; k / SUB]);
+    for r in tiles.start * NR..(tiles.end * NR).min(w.n_out) {
+        let src = &w.data[r * row_bytes..][..row_bytes];
+        if !unpack::unpack_row(w.ty, src, &mut q, &mut scale, &mut min) {
+            return None;
+        }
+        let tile = &mut out[(r / NR - tiles.start) * tile_bytes..][..tile_bytes];
+        let n = r % NR;
+        for s in 0..k / SUB {
+            let at = kind.quants_at(s);
+            kind.put_quants(&mut tile[at..], n, &q[s * SUB..][..SUB]);
+        }
+        if kind == Kind::NibblesK {
+            put_k_heads(tile, n, src)?;
+            continue;
+        }
+        for s in 0..k / SUB {
+            let heads = &mut tile[kind.heads_at(s)..];
+            put_f16(&mut heads[2 * n..], scale[s])?;
+            if kind.stores_mins() {
+                put_f16(&mut heads[2 * (NR + n)..], min[s])?;
+            } else if min[s] != -kind.offset() * scale[s] {
+                return None;
+            }
+        }
+    }
+    Some(())
 }
 
 /// How a kernel asks for its tile's stream `PREFETCH_BYTES` ahead, a sub-block's share of
@@ -503,10 +534,11 @@ fn put_f16(at: &mut [u8], v: f32) -> Option<()> {
 pub fn pack(
     w: &WeightView,
     arena: &HugeArena,
+    pool: &ThreadPool,
     consumed: &mut dyn FnMut(&[u8]),
 ) -> Option<PackedWeight> {
     if tier() >= Tier::Avx2 && Kind::of(w.ty).is_some() {
-        let p = Packed::new(arena, w, consumed)?;
+        let p = Packed::new(arena, pool, w, consumed)?;
         return Some(PackedWeight {
             bytes: p.buf.len(),
             data: Box::new(p),
@@ -514,11 +546,18 @@ pub fn pack(
         });
     }
     let mut copy = arena.alloc(w.data.len())?;
-    for (dst, src) in copy
-        .chunks_mut(RESIDENT_CHUNK)
-        .zip(w.data.chunks(RESIDENT_CHUNK))
-    {
-        dst.copy_from_slice(src);
+    let batch = RESIDENT_CHUNK * pool.n_threads();
+    for (dst, src) in copy.chunks_mut(batch).zip(w.data.chunks(batch)) {
+        let to = SharedMut(dst.as_mut_ptr());
+        pool.run(src.len().div_ceil(RESIDENT_CHUNK), &|task| {
+            let part = &src[task * RESIDENT_CHUNK..]
+                [..RESIDENT_CHUNK.min(src.len() - task * RESIDENT_CHUNK)];
+            // SAFETY: each task writes its own chunk of `dst`, which is as long as `src`
+            unsafe {
+                let at = to.ptr().add(task * RESIDENT_CHUNK);
+                std::ptr::copy_nonoverlapping(part.as_ptr(), at, part.len());
+            }
+        });
         consumed(src);
     }
     Some(PackedWeight {
@@ -528,7 +567,7 @@ pub fn pack(
     })
 }
 
-/// Bytes copied between hand-backs of the file's pages when making a resident copy.
+/// Bytes one task copies when making a resident copy.
 const RESIDENT_CHUNK: usize = 1 << 20;
 
 /// The CPU backend's packed copy of `w`, if it has one.

@@ -2,6 +2,7 @@
 //! partial tiles and 1..=MAX_ROWS activation rows; and what is refused.
 use super::*;
 use crate::gemm::tests::{assert_matches_reference, dequantized, weights, TYPES};
+use crate::pool::ThreadPool;
 use crate::test_rng::Rng;
 use ishizuki_core::huge::HugeArena;
 
@@ -21,7 +22,13 @@ fn packed_matmul_matches_the_dequantized_product() {
             let wq = weights(ty, n_out, k, &mut rng);
             let wf = dequantized(ty, &wq, n_out, k);
             let mut view = WeightView::new(ty, n_out, k, &wq);
-            let copy = pack(&view, &HugeArena::default(), &mut |_| {}).expect("packable");
+            let copy = pack(
+                &view,
+                &HugeArena::default(),
+                &crate::pool::ThreadPool::new(2),
+                &mut |_| {},
+            )
+            .expect("packable");
             view.packed = Some(&copy);
             for rows in (1..=MAX_ROWS).chain([MAX_ROWS + 5, 3 * MAX_ROWS]) {
                 assert_eq!(applies(&[view], rows), rows <= MAX_ROWS);
@@ -48,12 +55,14 @@ fn several_packed_weights_share_one_call() {
         pack(
             &WeightView::new(a, 48, k, &wa),
             &HugeArena::default(),
+            &crate::pool::ThreadPool::new(2),
             &mut |_| {},
         )
         .unwrap(),
         pack(
             &WeightView::new(b, 20, k, &wb),
             &HugeArena::default(),
+            &crate::pool::ThreadPool::new(2),
             &mut |_| {},
         )
         .unwrap(),
@@ -86,6 +95,7 @@ fn symmetric_types_pack_scales_whose_min_overflows_f16() {
     w[..2].copy_from_slice(&f16::from_f32(1000.0).to_le_bytes());
     let p = Packed::new(
         &HugeArena::default(),
+        &ThreadPool::new(3),
         &WeightView::new(GgmlType::Q8_0, 16, 32, &w),
         &mut |_| {},
     )
@@ -105,6 +115,7 @@ fn unpackable_weights_are_refused() {
         assert!(
             Packed::new(
                 &HugeArena::default(),
+                &ThreadPool::new(1),
                 &WeightView::new(ty, 16, 256, &w),
                 &mut |_| {}
             )
@@ -115,12 +126,14 @@ fn unpackable_weights_are_refused() {
     let w = weights(GgmlType::Q4_1, 16, 64, &mut rng);
     assert!(Packed::new(
         &HugeArena::default(),
+        &ThreadPool::new(3),
         &WeightView::new(GgmlType::Q4_1, 16, 64, &w[1..]),
         &mut |_| {}
     )
     .is_none());
     assert!(Packed::new(
         &HugeArena::default(),
+        &ThreadPool::new(3),
         &WeightView::new(GgmlType::Q4_1, 15, 64, &w),
         &mut |_| {}
     )
@@ -137,6 +150,7 @@ fn packing_hands_back_every_source_byte_once_in_order() {
     let mut next = 0;
     let p = Packed::new(
         &HugeArena::default(),
+        &ThreadPool::new(3),
         &WeightView::new(GgmlType::Q4_0, n_out, 32, &w),
         &mut |done| {
             assert_eq!(done.as_ptr() as usize - w.as_ptr() as usize, next);
@@ -155,7 +169,13 @@ fn packed_tiles_unpack_to_the_gemm_form() {
         let (n_out, k) = (20, 96usize.next_multiple_of(ty.block_size()));
         let w = weights(ty, n_out, k, &mut rng);
         let view = WeightView::new(ty, n_out, k, &w);
-        let p = Packed::new(&HugeArena::default(), &view, &mut |_| {}).unwrap();
+        let p = Packed::new(
+            &HugeArena::default(),
+            &ThreadPool::new(1),
+            &view,
+            &mut |_| {},
+        )
+        .unwrap();
         for tile in 0..2 {
             let mut want = crate::gemm::Tile::default();
             assert!(want.unpack(&view, tile * NR));
@@ -184,6 +204,7 @@ fn packed_rows_dequantize_like_the_file() {
         let want = dequantized(ty, &w, n_out, k);
         let p = Packed::new(
             &HugeArena::default(),
+            &ThreadPool::new(1),
             &WeightView::new(ty, n_out, k, &w),
             &mut |_| {},
         )
@@ -218,6 +239,7 @@ fn rows_sweep() {
     let copy = pack(
         &WeightView::new(ty, n_out, k, &w),
         &HugeArena::default(),
+        &crate::pool::ThreadPool::new(2),
         &mut |_| {},
     )
     .unwrap();
@@ -269,7 +291,13 @@ fn packed_throughput() {
     ] {
         let w = weights(ty, n_out, k, &mut rng);
         let arena = HugeArena::default();
-        let copy = pack(&WeightView::new(ty, n_out, k, &w), &arena, &mut |_| {}).unwrap();
+        let copy = pack(
+            &WeightView::new(ty, n_out, k, &w),
+            &arena,
+            &crate::pool::ThreadPool::new(2),
+            &mut |_| {},
+        )
+        .unwrap();
         let view = WeightView {
             packed: Some(&copy),
             ..WeightView::new(ty, n_out, k, &w)
@@ -304,9 +332,12 @@ fn other_types_get_a_resident_copy() {
     let w = weights(ty, n_out, k, &mut Rng(9));
     let view = WeightView::new(ty, n_out, k, &w);
     let mut handed_back = 0;
-    let copy = pack(&view, &HugeArena::default(), &mut |done| {
-        handed_back += done.len()
-    })
+    let copy = pack(
+        &view,
+        &HugeArena::default(),
+        &crate::pool::ThreadPool::new(2),
+        &mut |done| handed_back += done.len(),
+    )
     .expect("a resident copy");
     assert_eq!(handed_back, w.len());
     assert_eq!(copy.bytes, w.len());
@@ -336,7 +367,13 @@ fn spans_cover_every_tile_once() {
         .iter()
         .zip(&ws)
         .map(|(&(ty, n), w)| {
-            Packed::new(&arena, &WeightView::new(ty, n, 64, w), &mut |_| {}).unwrap()
+            Packed::new(
+                &arena,
+                &ThreadPool::new(1),
+                &WeightView::new(ty, n, 64, w),
+                &mut |_| {},
+            )
+            .unwrap()
         })
         .collect();
     let ps: Vec<&Packed> = ps.iter().collect();
@@ -369,6 +406,7 @@ fn a_call_learns_which_call_follows_it() {
         let w = weights(GgmlType::Q4_1, n, 64, rng);
         Packed::new(
             &arena,
+            &ThreadPool::new(1),
             &WeightView::new(GgmlType::Q4_1, n, 64, &w),
             &mut |_| {},
         )
@@ -477,7 +515,13 @@ fn serial_costs() {
         let (ty, n_out, k) = (GgmlType::Q4_1, 32, 576);
         let wq = weights(ty, n_out, k, &mut rng);
         let mut view = WeightView::new(ty, n_out, k, &wq);
-        let copy = pack(&view, &HugeArena::default(), &mut |_| {}).unwrap();
+        let copy = pack(
+            &view,
+            &HugeArena::default(),
+            &crate::pool::ThreadPool::new(2),
+            &mut |_| {},
+        )
+        .unwrap();
         view.packed = Some(&copy);
         let x: Vec<f32> = (0..k).map(|_| rng.unit()).collect();
         let mut out = vec![0f32; n_out];
@@ -488,4 +532,34 @@ fn serial_costs() {
             pool.run(threads, &|_| {})
         });
     }
+}
+
+#[test]
+fn packing_on_several_threads_equals_one() {
+    let mut rng = Rng(30);
+    for &ty in TYPES.iter().filter(|&&ty| Kind::of(ty).is_some()) {
+        let (n_out, k) = (
+            2 * RELEASE_ROWS + 3 * NR + 7,
+            64usize.next_multiple_of(ty.block_size()),
+        );
+        let w = weights(ty, n_out, k, &mut rng);
+        let view = WeightView::new(ty, n_out, k, &w);
+        let arena = HugeArena::default();
+        let one = Packed::new(&arena, &ThreadPool::new(1), &view, &mut |_| {}).unwrap();
+        let three = Packed::new(&arena, &ThreadPool::new(3), &view, &mut |_| {}).unwrap();
+        assert!(one.buf[..] == three.buf[..], "{ty}");
+    }
+    let w = weights(GgmlType::Q6_K, 40, 256, &mut rng);
+    let view = WeightView::new(GgmlType::Q6_K, 40, 256, &w);
+    let copy = pack(
+        &view,
+        &HugeArena::default(),
+        &ThreadPool::new(3),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert!(
+        copy.resident.as_deref() == Some(&w[..]),
+        "a resident copy holds the file's bytes"
+    );
 }
