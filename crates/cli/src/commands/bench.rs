@@ -1,10 +1,10 @@
 //! `ishizuki bench`: llama-bench's pp/tg tests on our engine, with weight bandwidth per
 //! decoded token against measured read bandwidth, and peak memory.
+use super::device::{self, Chosen, Device};
 use super::profile::Profiled;
 use super::CliResult;
 use ishizuki::fetch::resolve_model;
 use ishizuki_core::Backend;
-use ishizuki_cpu::CpuBackend;
 use ishizuki_models::{KvCache, Logits, Model};
 use std::sync::Arc;
 use std::time::Instant;
@@ -33,6 +33,9 @@ pub struct BenchArgs {
     /// Threads (default: all cores).
     #[arg(short = 't', long, default_value_t = 0)]
     threads: usize,
+    /// Where the model runs: auto (the GPU when this build has CUDA and one is there), cpu, cuda.
+    #[arg(long, value_enum, default_value_t = Device::Auto, env = "ISHIZUKI_DEVICE")]
+    device: Device,
     /// Print a JSON array like llama-bench's `-o json`.
     #[arg(long)]
     json: bool,
@@ -178,11 +181,11 @@ pub fn run(a: BenchArgs) -> CliResult {
         return Err("-r must be at least 1".into());
     }
     let path = resolve_model(&a.model)?;
-    let cpu = Arc::new(CpuBackend::new(a.threads));
-    let profiled = a.profile.then(|| Arc::new(Profiled::new(cpu.clone())));
+    let chosen = device::choose(a.device, a.threads)?;
+    let profiled = a.profile.then(|| Arc::new(Profiled::new(chosen.backend())));
     let be: Arc<dyn Backend> = match &profiled {
         Some(p) => p.clone(),
-        None => cpu.clone(),
+        None => chosen.backend(),
     };
     let t_load = Instant::now();
     let model = Model::load(&path, be)?;
@@ -232,10 +235,10 @@ pub fn run(a: BenchArgs) -> CliResult {
     } else {
         let (rows, others): (Vec<&Test>, Vec<&Test>) = tests.iter().partition(|t| t.n_rows > 0);
         if !others.is_empty() {
-            print_table(&model, &cpu, &others, weight_bytes);
+            print_table(&model, &chosen, &others, weight_bytes)?;
         }
         if !rows.is_empty() {
-            print_rows_table(&model, &cpu, &rows);
+            print_rows_table(&model, &chosen, &rows);
         }
     }
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
@@ -252,10 +255,10 @@ pub fn run(a: BenchArgs) -> CliResult {
     Ok(())
 }
 
-fn print_table(model: &Model, be: &CpuBackend, tests: &[&Test], weight_bytes: usize) {
+fn print_table(model: &Model, be: &Chosen, tests: &[&Test], weight_bytes: usize) -> CliResult {
     let c = &model.config;
-    let bw_model = be.read_bandwidth(weight_bytes);
-    let bw_1g = be.read_bandwidth(1 << 30);
+    let bw_model = be.bandwidth(weight_bytes)?;
+    let bw_1g = be.bandwidth(1 << 30)?;
     let size = format!("{:.1} MiB", weight_bytes as f64 / (1 << 20) as f64);
     println!("| model | size | backend | threads | test | t/s | weights GB/s |");
     println!("| --- | ---: | --- | ---: | ---: | ---: | ---: |");
@@ -268,18 +271,22 @@ fn print_table(model: &Model, be: &CpuBackend, tests: &[&Test], weight_bytes: us
         println!(
             "| {} | {size} | {} | {} | {} | {:.2} ± {:.2} | {gbs} |",
             c.arch,
-            be.name(),
-            be.n_threads(),
+            be.backend().name(),
+            be.threads(),
             t.name(),
             t.avg(),
             t.stddev()
         );
     }
-    println!("\nmeasured read bandwidth: {bw_model:.1} GB/s over the weights' size, {bw_1g:.1} GB/s over 1 GiB");
+    println!(
+        "\nmeasured {} bandwidth: {bw_model:.1} GB/s over the weights' size, {bw_1g:.1} GB/s over 1 GiB",
+        be.bandwidth_kind()
+    );
+    Ok(())
 }
 
 /// Milliseconds per forward of each row count, and its cost in one-row forwards at that depth.
-fn print_rows_table(model: &Model, be: &CpuBackend, tests: &[&Test]) {
+fn print_rows_table(model: &Model, be: &Chosen, tests: &[&Test]) {
     let ms = |t: &Test| 1e3 * t.n_rows as f64 / t.avg();
     println!("| model | backend | threads | depth | rows | ms/forward | x one row |");
     println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
@@ -291,8 +298,8 @@ fn print_rows_table(model: &Model, be: &CpuBackend, tests: &[&Test]) {
         println!(
             "| {} | {} | {} | {} | {} | {:.2} | {one} |",
             model.config.arch,
-            be.name(),
-            be.n_threads(),
+            be.backend().name(),
+            be.threads(),
             t.n_depth,
             t.n_rows,
             ms(t)

@@ -1,6 +1,7 @@
 //! One module per subcommand, plus what they share: loading a model and its tokenizer.
 pub mod bench;
 pub mod demo;
+pub mod device;
 pub mod inspect;
 pub mod perplexity;
 mod profile;
@@ -9,9 +10,9 @@ pub mod run;
 pub mod serve;
 pub mod tokenize;
 
+use device::{Chosen, Device};
 use ishizuki::fetch::resolve_model;
 use ishizuki_core::Backend;
-use ishizuki_cpu::CpuBackend;
 use ishizuki_engine::draft::{check_vocab, DraftModel};
 use ishizuki_engine::{Engine, TextModel};
 use ishizuki_models::Model;
@@ -25,15 +26,16 @@ pub type CliResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 pub struct Loaded {
     pub model: Model,
     pub tokenizer: Tokenizer,
+    pub chosen: Chosen,
 }
 
-/// Resolves `-m` (a path or a curated name), loads the model, its tokenizer and a backend;
-/// `quiet` leaves out the line saying what was loaded.
-pub fn load(model_arg: &str, threads: usize, quiet: bool) -> CliResult<Loaded> {
+/// Resolves `-m` (a path or a curated name), loads the model, its tokenizer and the backend
+/// for `device`; `quiet` leaves out the line saying what was loaded.
+pub fn load(model_arg: &str, threads: usize, device: Device, quiet: bool) -> CliResult<Loaded> {
     let path = resolve_model(model_arg)?;
     let t0 = Instant::now();
-    let backend: Arc<dyn Backend> = Arc::new(CpuBackend::new(threads));
-    let model = Model::load(&path, backend)?;
+    let chosen = device::choose(device, threads)?;
+    let model = Model::load(&path, chosen.backend())?;
     let tokenizer = Tokenizer::from_gguf(model.file())?;
     let packed = model.backend_bytes();
     let c = &model.config;
@@ -50,7 +52,11 @@ pub fn load(model_arg: &str, threads: usize, quiet: bool) -> CliResult<Loaded> {
             packed as f64 / (1 << 20) as f64
         );
     }
-    Ok(Loaded { model, tokenizer })
+    Ok(Loaded {
+        model,
+        tokenizer,
+        chosen,
+    })
 }
 
 /// How an engine is set up: the context, the prefix-cache slots, the name clients see and
@@ -62,6 +68,7 @@ pub struct EngineOptions {
     pub draft: DraftArgs,
     /// No line about what was loaded (the demo shows it in its header).
     pub quiet: bool,
+    pub device: Device,
 }
 
 /// Drafting switches shared by `run` and `serve`.
@@ -98,7 +105,7 @@ fn load_draft(
 
 /// Loads `model_arg` into an engine (model, tokenizer, chat template, backend).
 pub fn load_engine(model_arg: &str, threads: usize, o: &EngineOptions) -> CliResult<Engine> {
-    let l = load(model_arg, threads, o.quiet)?;
+    let l = load(model_arg, threads, o.device, o.quiet)?;
     let n_ctx = o
         .ctx
         .unwrap_or_else(|| l.model.config.n_ctx_train.min(4096))
@@ -115,8 +122,10 @@ pub fn load_engine(model_arg: &str, threads: usize, o: &EngineOptions) -> CliRes
         .map(str::to_string);
     let text = TextModel::new(name, l.tokenizer, source.as_deref(), n_ctx)?;
     let slots = o.cache_slots.unwrap_or_else(|| {
-        // a quarter of the free memory, as llama-server's default keeps a few slots
-        let budget = available_memory().unwrap_or(4 << 30) / 4;
+        // a quarter of the free memory (the GPU's where the caches live there), as
+        // llama-server's default keeps a few slots
+        let free = l.chosen.device_free_memory().or_else(available_memory);
+        let budget = free.unwrap_or(4 << 30) / 4;
         ishizuki_engine::prefix_cache::slots_for_budget(&l.model, n_ctx, budget)
     });
     let backend = l.model.backend().clone();

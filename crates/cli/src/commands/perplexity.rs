@@ -1,3 +1,4 @@
+use super::device::Device;
 use super::{load, CliResult};
 use std::path::PathBuf;
 
@@ -21,12 +22,15 @@ pub struct PerplexityArgs {
     /// Threads (default: all cores).
     #[arg(short = 't', long, default_value_t = 0)]
     threads: usize,
+    /// Where the model runs: auto (the GPU when this build has CUDA and one is there), cpu, cuda.
+    #[arg(long, value_enum, default_value_t = Device::Auto, env = "ISHIZUKI_DEVICE")]
+    device: Device,
 }
 
 pub fn run(a: PerplexityArgs) -> CliResult {
     let text =
         std::fs::read_to_string(&a.file).map_err(|e| format!("{}: {e}", a.file.display()))?;
-    let l = load(&a.model, a.threads, false)?;
+    let l = load(&a.model, a.threads, a.device, false)?;
     let ids = l.tokenizer.encode(&text, false, false);
     let bos = l.tokenizer.bos_id().filter(|_| l.tokenizer.add_bos());
     let t0 = std::time::Instant::now();

@@ -1,3 +1,4 @@
+use super::device::Device;
 use super::{load_engine, CliResult, DraftArgs, EngineOptions};
 use ishizuki_engine::{DraftUsage, Event, Message, Prompt, Request, SamplerConfig, ToolChoice};
 use std::io::Write;
@@ -55,6 +56,9 @@ pub struct RunArgs {
     /// Threads (default: all cores).
     #[arg(short = 't', long, default_value_t = 0)]
     threads: usize,
+    /// Where the model runs: auto (the GPU when this build has CUDA and one is there), cpu, cuda.
+    #[arg(long, value_enum, default_value_t = Device::Auto, env = "ISHIZUKI_DEVICE")]
+    device: Device,
     #[command(flatten)]
     draft: DraftArgs,
 }
@@ -120,6 +124,7 @@ pub fn run(a: RunArgs) -> CliResult {
         alias: None,
         draft: a.draft.clone(),
         quiet: false,
+        device: a.device,
     };
     let mut engine = load_engine(&a.model, a.threads, &options)?;
     let mut prepared = engine.text.prepare(request(&a, sampler))?;

@@ -1,3 +1,4 @@
+use super::device::Device;
 use super::{load_engine, CliResult, DraftArgs, EngineOptions};
 use ishizuki_engine::EngineHandle;
 use ishizuki_server::ServerConfig;
@@ -28,6 +29,9 @@ pub struct ServeArgs {
     /// Threads (default: all cores).
     #[arg(short = 't', long, default_value_t = 0)]
     threads: usize,
+    /// Where the model runs: auto (the GPU when this build has CUDA and one is there), cpu, cuda.
+    #[arg(long, value_enum, default_value_t = Device::Auto, env = "ISHIZUKI_DEVICE")]
+    device: Device,
     /// The model name clients use (default: the curated name or the file name).
     #[arg(long)]
     alias: Option<String>,
@@ -52,6 +56,7 @@ pub fn run(a: ServeArgs) -> CliResult {
         alias: a.alias.clone(),
         draft: a.draft.clone(),
         quiet: false,
+        device: a.device,
     };
     let (model, threads) = (a.model.clone(), a.threads);
     let load = Box::new(move || {

@@ -9,6 +9,7 @@ mod session;
 mod slash;
 mod term;
 
+use super::device::Device;
 use super::{load_engine, CliResult, DraftArgs, EngineOptions};
 use chat::Chat;
 use ishizuki_engine::SamplerConfig;
@@ -43,20 +44,13 @@ impl ThinkLevel {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Device {
-    Auto,
-    Cpu,
-    Cuda,
-}
-
 #[derive(clap::Args)]
 pub struct DemoArgs {
     /// Model path or curated name (qwen2.5-coder-0.5b, qwen2.5-coder-1.5b, smollm2-135m, gemma3-270m).
     #[arg(short = 'm', long, default_value = "qwen2.5-coder-0.5b")]
     model: String,
     /// Where the model runs.
-    #[arg(long, value_enum, default_value_t = Device::Auto)]
+    #[arg(long, value_enum, default_value_t = Device::Auto, env = "ISHIZUKI_DEVICE")]
     device: Device,
     /// Sampling temperature; 0 = greedy.
     #[arg(long = "temp", default_value_t = 0.7)]
@@ -100,9 +94,6 @@ impl DemoArgs {
 }
 
 pub fn run(a: DemoArgs) -> CliResult {
-    if a.device == Device::Cuda {
-        return Err("this build has no CUDA backend yet; use --device cpu (or auto)".into());
-    }
     let sampler = a.sampler()?;
     let path = ishizuki::fetch::resolve_model(&a.model)?;
     let name = model_name(&a.model, &path);
@@ -114,6 +105,7 @@ pub fn run(a: DemoArgs) -> CliResult {
         alias: Some(name.clone()),
         draft: a.draft.clone(),
         quiet: true,
+        device: a.device,
     };
     let path_arg = path.to_string_lossy();
     let engine = load_engine(&path_arg, a.threads, &options)?;

@@ -1,0 +1,85 @@
+//! Opening a GPU, what the backend's handles hold, and launch shapes.
+use cudarc::driver::{sys, CudaContext, CudaSlice, DriverError, LaunchConfig};
+use ishizuki_core::{Error, Result};
+use std::sync::Arc;
+
+use crate::kernels::WeightKernels;
+
+/// What `ishizuki` says of the GPU it runs on.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    pub name: String,
+    /// Compute capability as `major * 10 + minor`.
+    pub arch: u32,
+    pub total_memory: usize,
+}
+
+/// An activation buffer, a norm weight or a bias: f32s in device memory.
+pub struct DevBuf(pub CudaSlice<f32>);
+
+/// A weight's bytes as the file stores them, and its type's kernels.
+pub struct DevWeight {
+    pub data: CudaSlice<u8>,
+    pub row_bytes: usize,
+    pub kernels: Arc<WeightKernels>,
+}
+
+/// KV storage: per layer a K plane then a V plane of `plane` f16s each.
+pub struct DevKv {
+    pub data: CudaSlice<u16>,
+    pub plane: usize,
+}
+
+/// A forward's tokens, positions and wanted rows, in one upload.
+pub struct DevMeta {
+    pub data: CudaSlice<u32>,
+    pub positions_at: usize,
+    pub out_rows_at: usize,
+}
+
+pub fn cuda_err(e: DriverError) -> Error {
+    Error::Backend(format!("cuda: {e}"))
+}
+
+/// Whether the driver library loads and sees at least one GPU.
+pub fn available() -> bool {
+    // SAFETY: probing for the library has no preconditions
+    (unsafe { sys::is_culib_present() }) && CudaContext::device_count().is_ok_and(|n| n > 0)
+}
+
+/// The context of GPU `ordinal` (event tracking off: one stream orders everything) and what it is.
+pub fn open(ordinal: usize) -> Result<(Arc<CudaContext>, DeviceInfo)> {
+    // SAFETY: probing for the library has no preconditions
+    if !unsafe { sys::is_culib_present() } {
+        return Err(Error::Backend(
+            "cuda: the NVIDIA driver library (libcuda.so) was not found".into(),
+        ));
+    }
+    let count = CudaContext::device_count().map_err(cuda_err)?;
+    if ordinal >= count.max(0) as usize {
+        return Err(Error::Backend(format!(
+            "cuda: no GPU {ordinal} ({count} found)"
+        )));
+    }
+    let ctx = CudaContext::new(ordinal).map_err(cuda_err)?;
+    // SAFETY: every slice is used on the context's one stream, in order
+    unsafe { ctx.disable_event_tracking() };
+    let (major, minor) = ctx.compute_capability().map_err(cuda_err)?;
+    let info = DeviceInfo {
+        name: ctx.name().map_err(cuda_err)?,
+        arch: (major * 10 + minor) as u32,
+        total_memory: ctx.total_mem().map_err(cuda_err)?,
+    };
+    Ok((ctx, info))
+}
+
+/// A grid-stride launch over `n` elements.
+pub fn launch_1d(n: u64) -> LaunchConfig {
+    const THREADS: u64 = 256;
+    let blocks = n.div_ceil(THREADS).clamp(1, 8192);
+    LaunchConfig {
+        grid_dim: (blocks as u32, 1, 1),
+        block_dim: (THREADS as u32, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}

@@ -1,0 +1,193 @@
+//! The kernel table: one module for the type-independent ops, compiled when the backend
+//! starts, and one per weight type, compiled when the first weight of that type loads. Every
+//! entry point's name carries its input and output precisions (`matmul_q4_k_f32_f32`: Q4_K
+//! weights, f32 activations in, f32 out), and the cache key carries the whole source, so a
+//! kernel is never taken for another type's.
+use crate::compile::{cubin, Target};
+use cudarc::driver::{CudaContext, CudaFunction};
+use cudarc::nvrtc::Ptx;
+use ishizuki_core::{Error, GgmlType, Result};
+use std::path::Path;
+use std::sync::Arc;
+
+const COMMON: &str = include_str!("kernels/common.cuh");
+const DEQUANT: &str = include_str!("kernels/dequant.cuh");
+const MATMUL: &str = include_str!("kernels/matmul.cu");
+const OPS: &str = include_str!("kernels/ops.cu");
+const ATTENTION: &str = include_str!("kernels/attention.cu");
+
+/// Weight types with CUDA kernels, with the name their entry points carry.
+pub const WEIGHT_TYPES: [(GgmlType, &str); 11] = {
+    use GgmlType::*;
+    [
+        (F32, "f32"),
+        (F16, "f16"),
+        (BF16, "bf16"),
+        (Q4_0, "q4_0"),
+        (Q4_1, "q4_1"),
+        (Q5_0, "q5_0"),
+        (Q5_1, "q5_1"),
+        (Q8_0, "q8_0"),
+        (Q4_K, "q4_k"),
+        (Q5_K, "q5_k"),
+        (Q6_K, "q6_k"),
+    ]
+};
+
+/// The name a weight type's entry points carry, or None when it has no CUDA kernel.
+pub fn weight_type_name(ty: GgmlType) -> Option<&'static str> {
+    WEIGHT_TYPES.iter().find(|(t, _)| *t == ty).map(|(_, n)| *n)
+}
+
+/// `matmul_<type>_f32_f32` and `embed_<type>_f32`.
+pub fn weight_kernel_names(ty: GgmlType) -> Option<(String, String)> {
+    let n = weight_type_name(ty)?;
+    Some((format!("matmul_{n}_f32_f32"), format!("embed_{n}_f32")))
+}
+
+/// The source of `ty`'s module: the shared header, the dequantiser, the templates and their
+/// entry points for this type.
+pub fn weight_module_source(ty: GgmlType) -> Option<String> {
+    let (matmul, embed) = weight_kernel_names(ty)?;
+    let id = ty as u32;
+    Some(format!(
+        "{COMMON}\n{DEQUANT}\n{MATMUL}\n\
+         extern \"C\" __global__ void {matmul}(const u8* w, const float* x, float* out, \
+         int n_out, int n_in, int rows, u64 row_bytes) {{ \
+         matmul_body<{id}>(w, x, out, n_out, n_in, rows, row_bytes); }}\n\
+         extern \"C\" __global__ void {embed}(const u8* table, const u32* tokens, float* out, \
+         int n_in, u64 row_bytes) {{ embed_body<{id}>(table, tokens, out, n_in, row_bytes); }}\n"
+    ))
+}
+
+/// The type-independent ops' module.
+pub fn ops_module_source() -> String {
+    format!("{COMMON}\n{OPS}\n{ATTENTION}\n")
+}
+
+/// Entry points of the ops module.
+pub struct OpKernels {
+    pub rms_norm: CudaFunction,
+    pub add_bias: CudaFunction,
+    pub add: CudaFunction,
+    pub scale: CudaFunction,
+    pub softcap: CudaFunction,
+    pub glu: CudaFunction,
+    pub rope: CudaFunction,
+    pub write_kv: CudaFunction,
+    pub gather_rows: CudaFunction,
+    pub argmax: CudaFunction,
+    pub attention: CudaFunction,
+}
+
+/// A weight type's entry points.
+pub struct WeightKernels {
+    pub matmul: CudaFunction,
+    pub embed: CudaFunction,
+}
+
+fn load(
+    ctx: &Arc<CudaContext>,
+    name: &str,
+    source: &str,
+    target: &Target,
+    cache: Option<&Path>,
+) -> Result<Arc<cudarc::driver::CudaModule>> {
+    let image = cubin(name, source, target, cache)?;
+    ctx.load_module(Ptx::from_binary(image))
+        .map_err(|e| Error::Backend(format!("cuda: loading module {name}: {e}")))
+}
+
+fn function(m: &Arc<cudarc::driver::CudaModule>, name: &str) -> Result<CudaFunction> {
+    m.load_function(name)
+        .map_err(|e| Error::Backend(format!("cuda: kernel {name}: {e}")))
+}
+
+impl OpKernels {
+    pub fn load(ctx: &Arc<CudaContext>, target: &Target, cache: Option<&Path>) -> Result<Self> {
+        let m = load(ctx, "ops", &ops_module_source(), target, cache)?;
+        Ok(OpKernels {
+            rms_norm: function(&m, "rms_norm_f32_f32")?,
+            add_bias: function(&m, "add_bias_f32")?,
+            add: function(&m, "add_f32")?,
+            scale: function(&m, "scale_f32")?,
+            softcap: function(&m, "softcap_f32")?,
+            glu: function(&m, "glu_f32")?,
+            rope: function(&m, "rope_f32")?,
+            write_kv: function(&m, "write_kv_f32_f16")?,
+            gather_rows: function(&m, "gather_rows_f32")?,
+            argmax: function(&m, "argmax_f32")?,
+            attention: function(&m, "attention_f32_f16")?,
+        })
+    }
+}
+
+impl WeightKernels {
+    /// `ty`'s module, or None when the type has no CUDA kernel.
+    pub fn load(
+        ctx: &Arc<CudaContext>,
+        ty: GgmlType,
+        target: &Target,
+        cache: Option<&Path>,
+    ) -> Result<Option<Self>> {
+        let (Some(source), Some((matmul, embed))) =
+            (weight_module_source(ty), weight_kernel_names(ty))
+        else {
+            return Ok(None);
+        };
+        let m = load(
+            ctx,
+            &format!("weights_{}", weight_type_name(ty).unwrap_or("")),
+            &source,
+            target,
+            cache,
+        )?;
+        Ok(Some(WeightKernels {
+            matmul: function(&m, &matmul)?,
+            embed: function(&m, &embed)?,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_entry_point_names_its_precisions_and_its_source_differs_by_type() {
+        let mut sources = std::collections::HashSet::new();
+        for (ty, name) in WEIGHT_TYPES {
+            let (matmul, embed) = weight_kernel_names(ty).unwrap();
+            assert_eq!(matmul, format!("matmul_{name}_f32_f32"));
+            assert_eq!(embed, format!("embed_{name}_f32"));
+            let src = weight_module_source(ty).unwrap();
+            assert!(src.contains(&format!("void {matmul}(")), "{ty}");
+            assert!(src.contains(&format!("matmul_body<{}>", ty as u32)), "{ty}");
+            assert!(sources.insert(src), "{ty}'s module is another type's");
+        }
+        assert!(weight_kernel_names(GgmlType::IQ2_XXS).is_none());
+    }
+
+    /// Every module compiles for Hopper wherever NVRTC loads (no GPU needed); CI installs it
+    /// from PyPI, elsewhere this skips unless ISHIZUKI_REQUIRE_NVRTC is set.
+    #[test]
+    fn every_module_compiles_with_nvrtc() {
+        let nvrtc = match crate::compile::nvrtc_version() {
+            Ok(v) => v,
+            Err(e) => {
+                assert!(std::env::var_os("ISHIZUKI_REQUIRE_NVRTC").is_none(), "{e}");
+                eprintln!("skipped: {e}");
+                return;
+            }
+        };
+        let target = Target { arch: 90, nvrtc };
+        let mut modules = vec![("ops".to_string(), ops_module_source())];
+        for (ty, name) in WEIGHT_TYPES {
+            modules.push((format!("weights_{name}"), weight_module_source(ty).unwrap()));
+        }
+        for (name, source) in modules {
+            let bin = cubin(&name, &source, &target, None).unwrap_or_else(|e| panic!("{e}"));
+            assert!(bin.starts_with(b"\x7fELF"), "{name}: not a cubin");
+        }
+    }
+}

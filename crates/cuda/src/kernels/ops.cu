@@ -1,0 +1,159 @@
+// Norms, element-wise ops, rope, the KV write, row gathers and argmax, all f32 activations
+// (KV f16). Every kernel takes its sizes as arguments; none depends on a model's shape.
+
+// block per row; x += delta when given (written back), then out = x * rsqrt(mean(x^2) + eps) *
+// (w or 1 + w). out may be x.
+extern "C" __global__ void rms_norm_f32_f32(float* x, const float* delta, float* out,
+                                            const float* w, int width, float eps, int plus_one) {
+    __shared__ float partial[32];
+    float* xr = x + (u64)blockIdx.x * width;
+    float* outr = out + (u64)blockIdx.x * width;
+    const float* dr = delta ? delta + (u64)blockIdx.x * width : nullptr;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < width; i += blockDim.x) {
+        float v = xr[i];
+        if (dr) {
+            v += dr[i];
+            xr[i] = v;
+        }
+        ss += v * v;
+    }
+    ss = warp_sum(ss);
+    if (threadIdx.x % WARP == 0) partial[threadIdx.x / WARP] = ss;
+    __syncthreads();
+    if (threadIdx.x < WARP) {
+        float t = threadIdx.x < blockDim.x / WARP ? partial[threadIdx.x] : 0.0f;
+        t = warp_sum(t);
+        if (threadIdx.x == 0) partial[0] = t;
+    }
+    __syncthreads();
+    float scale = rsqrtf(partial[0] / width + eps);
+    for (int i = threadIdx.x; i < width; i += blockDim.x) {
+        float g = plus_one ? 1.0f + w[i] : w[i];
+        outr[i] = xr[i] * scale * g;
+    }
+}
+
+extern "C" __global__ void add_bias_f32(float* x, const float* b, int width, u64 n) {
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+        x[i] += b[i % width];
+}
+
+extern "C" __global__ void add_f32(float* x, const float* y, u64 n) {
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+        x[i] += y[i];
+}
+
+extern "C" __global__ void scale_f32(float* x, float s, u64 n) {
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+        x[i] *= s;
+}
+
+extern "C" __global__ void softcap_f32(float* x, float cap, u64 n) {
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+        x[i] = cap * tanhf(x[i] / cap);
+}
+
+// act 0: silu(gate) * up; act 1: gelu_tanh(gate) * up
+extern "C" __global__ void glu_f32(float* gate, const float* up, u64 n, int act) {
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+        float g = gate[i];
+        float a;
+        if (act == 0) {
+            a = g / (1.0f + expf(-g));
+        } else {
+            const float c = 0.7978845608028654f;  // sqrt(2 / pi)
+            a = 0.5f * g * (1.0f + tanhf(c * (g + 0.044715f * g * g * g)));
+        }
+        gate[i] = a * up[i];
+    }
+}
+
+// x (rows, n_head, head_dim) rotated in place; thread per (row, head, pair); angles in f64 as
+// the CPU's tables are. neox: element i pairs with i + head_dim/2, else 2i with 2i + 1.
+extern "C" __global__ void rope_f32(float* x, const u32* positions, int rows, int n_head,
+                                    int head_dim, float theta, float freq_scale, int neox) {
+    int half_dim = head_dim / 2;
+    u64 total = (u64)rows * n_head * half_dim;
+    for (u64 t = blockIdx.x * (u64)blockDim.x + threadIdx.x; t < total; t += (u64)gridDim.x * blockDim.x) {
+        int i = t % half_dim;
+        u64 rh = t / half_dim;
+        int r = rh / n_head;
+        double f = (double)freq_scale * pow((double)theta, -2.0 * i / head_dim);
+        double s, c;
+        sincos((double)positions[r] * f, &s, &c);
+        float cs = (float)c, sn = (float)s;
+        float* h = x + rh * head_dim;
+        int a = neox ? i : 2 * i, b = neox ? i + half_dim : 2 * i + 1;
+        float x0 = h[a], x1 = h[b];
+        h[a] = x0 * cs - x1 * sn;
+        h[b] = x0 * sn + x1 * cs;
+    }
+}
+
+// k, v (rows, kv_width) stored as f16 at rows positions[r] of one layer's K and V planes
+// (capacity, kv_width) each
+extern "C" __global__ void write_kv_f32_f16(u16* k_plane, u16* v_plane, const float* k,
+                                            const float* v, const u32* positions, int rows,
+                                            int kv_width) {
+    u64 total = (u64)rows * kv_width;
+    for (u64 t = blockIdx.x * (u64)blockDim.x + threadIdx.x; t < total; t += (u64)gridDim.x * blockDim.x) {
+        int r = t / kv_width, j = t % kv_width;
+        u64 at = (u64)positions[r] * kv_width + j;
+        k_plane[at] = f32_to_f16(k[t]);
+        v_plane[at] = f32_to_f16(v[t]);
+    }
+}
+
+// dst (n, width) = the rows `which` of src
+extern "C" __global__ void gather_rows_f32(const float* src, float* dst, const u32* which, int n,
+                                           int width) {
+    u64 total = (u64)n * width;
+    for (u64 t = blockIdx.x * (u64)blockDim.x + threadIdx.x; t < total; t += (u64)gridDim.x * blockDim.x) {
+        u64 i = t / width, j = t % width;
+        dst[t] = src[(u64)which[i] * width + j];
+    }
+}
+
+// block per row: the index of the largest value, the lowest of equals, NaN never chosen; 0 when
+// the row holds only NaN (the CPU's `argmax`)
+extern "C" __global__ void argmax_f32(const float* x, u32* out, int width) {
+    __shared__ float best_v[32];
+    __shared__ u32 best_i[32];
+    const float* xr = x + (u64)blockIdx.x * width;
+    const u32 none = 0xffffffffu;
+    float bv = 0.0f;
+    u32 bi = none;
+    for (int i = threadIdx.x; i < width; i += blockDim.x) {
+        float v = xr[i];
+        if (!isnan(v) && (bi == none || v > bv)) {
+            bv = v;
+            bi = i;
+        }
+    }
+#pragma unroll
+    for (int o = WARP / 2; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        u32 oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (oi != none && (bi == none || ov > bv || (ov == bv && oi < bi))) {
+            bv = ov;
+            bi = oi;
+        }
+    }
+    if (threadIdx.x % WARP == 0) {
+        best_v[threadIdx.x / WARP] = bv;
+        best_i[threadIdx.x / WARP] = bi;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < blockDim.x / WARP; w++) {
+            u32 oi = best_i[w];
+            float ov = best_v[w];
+            if (oi != none && (bi == none || ov > bv || (ov == bv && oi < bi))) {
+                bv = ov;
+                bi = oi;
+            }
+        }
+        out[blockIdx.x] = bi == none ? 0 : bi;
+    }
+}

@@ -1,0 +1,145 @@
+//! The decoder on CUDA: the tiny random llama and gemma3 fixtures against Hugging Face
+//! transformers (fp32) with the tolerance the exact CPU backend meets, the cache against a full
+//! forward, truncate and refill, verification rows against one-row decodes bit for bit, and
+//! device argmax against the logits. Skips without a GPU unless ISHIZUKI_REQUIRE_CUDA is set.
+use ishizuki_core::Backend;
+use ishizuki_cpu::CpuBackend;
+use ishizuki_cuda::CudaBackend;
+use ishizuki_models::{Logits, Model};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+/// f16 KV against the reference's f32, as on the CPU: ~1e-3 on logits up to ~7.
+const TOLERANCE: f32 = 5e-3;
+
+fn gpu() -> Option<Arc<dyn Backend>> {
+    static GPU: OnceLock<Option<Arc<CudaBackend>>> = OnceLock::new();
+    let be = GPU.get_or_init(|| {
+        if !ishizuki_cuda::available() {
+            let required = std::env::var_os("ISHIZUKI_REQUIRE_CUDA").is_some();
+            assert!(
+                !required,
+                "ISHIZUKI_REQUIRE_CUDA is set but no GPU is available"
+            );
+            eprintln!("no CUDA GPU here: skipped");
+            return None;
+        }
+        let cache = std::env::var_os("ISHIZUKI_CUDA_CACHE").map(Into::into);
+        Some(Arc::new(
+            CudaBackend::new(0, cache).expect("the CUDA backend starts"),
+        ))
+    });
+    be.clone().map(|b| b as Arc<dyn Backend>)
+}
+
+fn fixture(arch: &str, be: Arc<dyn Backend>) -> (Model, Value) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/tests/fixtures");
+    let text = std::fs::read_to_string(dir.join(format!("tiny-{arch}.json"))).unwrap();
+    let reference: Value = serde_json::from_str(&text).unwrap();
+    let path = dir.join(reference["gguf"].as_str().unwrap());
+    (Model::load(path, be).expect("tiny model loads"), reference)
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect()
+}
+
+fn logits(v: &Value) -> Vec<f32> {
+    let rows = v.as_array().unwrap().iter();
+    rows.flat_map(|r| {
+        r.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+    })
+    .collect()
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()))
+}
+
+#[test]
+fn tiny_models_match_transformers_on_cuda() {
+    let Some(be) = gpu() else { return };
+    for arch in ["llama", "gemma3"] {
+        let (model, reference) = fixture(arch, be.clone());
+        let tokens = ids(&reference["tokens"]);
+        let want = logits(&reference["logits"]);
+        let n_vocab = model.config.n_vocab;
+        let mut cache = model.new_cache(tokens.len()).unwrap();
+        let all = model.forward(&tokens, &mut cache, Logits::All).unwrap();
+        let err = max_abs_diff(&all, &want);
+        assert!(
+            err < TOLERANCE,
+            "{arch}: prefill differs from transformers by {err}"
+        );
+        let (cpu, _) = fixture(arch, Arc::new(CpuBackend::exact(2)));
+        let mut cpu_cache = cpu.new_cache(tokens.len()).unwrap();
+        let on_cpu = cpu.forward(&tokens, &mut cpu_cache, Logits::All).unwrap();
+        let err = max_abs_diff(&all, &on_cpu);
+        assert!(
+            err < 1e-3,
+            "{arch}: CUDA differs from the exact CPU backend by {err}"
+        );
+
+        let mut cache = model.new_cache(tokens.len()).unwrap();
+        for (i, t) in tokens.iter().enumerate() {
+            let row = model.forward(&[*t], &mut cache, Logits::Last).unwrap();
+            let err = max_abs_diff(&row, &want[i * n_vocab..(i + 1) * n_vocab]);
+            assert!(err < TOLERANCE, "{arch}: decode step {i} differs by {err}");
+        }
+        cache.truncate(3);
+        let rest = model
+            .forward(&tokens[3..], &mut cache, Logits::All)
+            .unwrap();
+        let err = max_abs_diff(&rest, &want[3 * n_vocab..]);
+        assert!(
+            err < TOLERANCE,
+            "{arch}: prefill after truncate differs by {err}"
+        );
+    }
+}
+
+#[test]
+fn verification_rows_equal_one_row_decodes_and_argmax_is_the_logits() {
+    let Some(be) = gpu() else { return };
+    for arch in ["llama", "gemma3"] {
+        let (model, _) = fixture(arch, be.clone());
+        let n_vocab = model.config.n_vocab as u32;
+        let prompt: Vec<u32> = (0..23).map(|i| (7 + i * 13) % n_vocab).collect();
+        let next: Vec<u32> = (0..16).map(|i| (3 + i * 29) % n_vocab).collect();
+        let rows = model.backend().verify_rows().min(next.len());
+        assert_eq!(rows, 16);
+        let mut cache = model.new_cache(64).unwrap();
+        model.forward(&prompt, &mut cache, Logits::None).unwrap();
+        let alone: Vec<f32> = next
+            .iter()
+            .flat_map(|&t| model.forward(&[t], &mut cache, Logits::Last).unwrap())
+            .collect();
+        for k in [2, 8, 16] {
+            cache.truncate(prompt.len());
+            let together = model.forward(&next[..k], &mut cache, Logits::All).unwrap();
+            let same = together
+                .iter()
+                .zip(&alone)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{arch}: {k} rows differ from one-row decodes");
+            cache.truncate(prompt.len());
+            let ids = model
+                .forward_argmax(&next[..k], &mut cache, Logits::All)
+                .unwrap();
+            let want: Vec<u32> = together
+                .chunks(n_vocab as usize)
+                .map(ishizuki_core::backend::argmax)
+                .collect();
+            assert_eq!(ids, want, "{arch}: device argmax of {k} rows");
+        }
+    }
+}

@@ -1,0 +1,422 @@
+//! One body per op run on both backends: CUDA against the exact CPU backend (f32 arithmetic on
+//! dequantized weights) by normalised mean squared error, for every weight type with a CUDA
+//! kernel and rows 1, 2, 8, 16 and 512. Without a GPU these skip, unless ISHIZUKI_REQUIRE_CUDA
+//! is set (the GPU host), where that is a failure.
+use ishizuki_core::backend::{Activation, AttnParams, NormKind, RopeKind, WeightView};
+use ishizuki_core::quant::quantize_row;
+use ishizuki_core::{
+    Backend, Buffer, ForwardMeta, GgmlType, KvShape, LoadedWeight, WeightRole, WeightSource,
+};
+use ishizuki_cpu::CpuBackend;
+use ishizuki_cuda::kernels::WEIGHT_TYPES;
+use ishizuki_cuda::CudaBackend;
+use std::sync::{Arc, OnceLock};
+
+const ROWS: [usize; 5] = [1, 2, 8, 16, 512];
+
+fn gpu() -> Option<&'static CudaBackend> {
+    static GPU: OnceLock<Option<CudaBackend>> = OnceLock::new();
+    GPU.get_or_init(|| {
+        if !ishizuki_cuda::available() {
+            let required = std::env::var_os("ISHIZUKI_REQUIRE_CUDA").is_some();
+            assert!(
+                !required,
+                "ISHIZUKI_REQUIRE_CUDA is set but no GPU is available"
+            );
+            eprintln!("no CUDA GPU here: skipped");
+            return None;
+        }
+        let cache = std::env::var_os("ISHIZUKI_CUDA_CACHE").map(Into::into);
+        Some(CudaBackend::new(0, cache).expect("the CUDA backend starts"))
+    })
+    .as_ref()
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// Uniform in [-1, 1).
+    fn f32(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+    fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.f32()).collect()
+    }
+}
+
+fn nmse(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let (mut err, mut norm) = (0f64, 0f64);
+    for (&g, &w) in got.iter().zip(want) {
+        assert!(g.is_finite(), "a non-finite output");
+        err += (g as f64 - w as f64).powi(2);
+        norm += (w as f64).powi(2);
+    }
+    err / norm.max(1e-30)
+}
+
+fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f64) {
+    let e = nmse(got, want);
+    assert!(e <= tol, "{what}: NMSE {e:e} > {tol:e}");
+}
+
+/// `n_out x n_in` weights of `ty`: quantized random values, or for a type without a quantizer
+/// random bytes whose f16 scales are set to sane values.
+fn weights(ty: GgmlType, n_out: usize, n_in: usize, rng: &mut Rng) -> Vec<u8> {
+    let row_bytes = ty.row_bytes(n_in as u64).unwrap() as usize;
+    let mut out = vec![0u8; row_bytes * n_out];
+    for row in out.chunks_mut(row_bytes) {
+        let src = rng.vec(n_in);
+        if quantize_row(ty, &src, row).is_ok() {
+            continue;
+        }
+        assert_eq!(
+            ty,
+            GgmlType::Q5_K,
+            "{ty} has no quantizer and no recipe here"
+        );
+        for block in row.chunks_mut(176) {
+            block.iter_mut().for_each(|b| *b = rng.next() as u8);
+            let d = half::f16::from_f32(0.01 + 0.01 * rng.f32().abs());
+            let m = half::f16::from_f32(0.005 * rng.f32().abs());
+            block[..2].copy_from_slice(&d.to_le_bytes());
+            block[2..4].copy_from_slice(&m.to_le_bytes());
+        }
+    }
+    out
+}
+
+fn load(
+    be: &dyn Backend,
+    ty: GgmlType,
+    n_out: usize,
+    n_in: usize,
+    bytes: &Arc<Vec<u8>>,
+) -> LoadedWeight {
+    let src = WeightSource {
+        name: "test.weight",
+        view: WeightView::new(ty, n_out, n_in, bytes),
+        owner: bytes.clone(),
+        role: WeightRole::BOTH,
+    };
+    be.load_weight(&src, &mut |_| {}).expect("load_weight")
+}
+
+fn host(be: &dyn Backend, b: &Buffer, n: usize) -> Vec<f32> {
+    let mut out = vec![0f32; n];
+    be.read(b, &mut out).expect("read");
+    out
+}
+
+/// The same op on both backends: `f(backend, inputs) -> output buffer` with inputs uploaded.
+fn both(
+    cpu: &dyn Backend,
+    cuda: &dyn Backend,
+    n_out: usize,
+    f: impl Fn(&dyn Backend) -> Buffer,
+) -> (Vec<f32>, Vec<f32>) {
+    let (a, b) = (f(cuda), f(cpu));
+    (host(cuda, &a, n_out), host(cpu, &b, n_out))
+}
+
+#[test]
+fn matmul_and_embed_match_the_cpu_for_every_weight_type() {
+    let Some(cuda) = gpu() else { return };
+    let cpu = CpuBackend::exact(2);
+    let mut rng = Rng(0x9e3779b97f4a7c15);
+    // n_out not a multiple of a block's output rows; n_in two K-quant super-blocks
+    let (n_out, n_in) = (101, 512);
+    for (ty, _) in WEIGHT_TYPES {
+        let bytes = Arc::new(weights(ty, n_out, n_in, &mut rng));
+        let (wc, wg) = (
+            load(&cpu, ty, n_out, n_in, &bytes),
+            load(cuda, ty, n_out, n_in, &bytes),
+        );
+        for rows in ROWS {
+            let x = rng.vec(rows * n_in);
+            let run = |be: &dyn Backend, w: &LoadedWeight| {
+                let xb = be.load_vector(&x).unwrap();
+                let mut out = be.alloc(rows * n_out).unwrap();
+                be.matmul(w, &xb, rows, &mut out).unwrap();
+                host(be, &out, rows * n_out)
+            };
+            assert_close(
+                &format!("matmul {ty} rows {rows}"),
+                &run(cuda, &wg),
+                &run(&cpu, &wc),
+                1e-10,
+            );
+        }
+        let tokens: Vec<u32> = (0..7).map(|i| (i * 37 % n_out) as u32).collect();
+        let embed = |be: &dyn Backend, w: &LoadedWeight| {
+            let mut meta = ForwardMeta::new(&tokens, 0, vec![]);
+            be.prepare(&mut meta).unwrap();
+            let mut out = be.alloc(tokens.len() * n_in).unwrap();
+            be.embed(w, &meta, &mut out).unwrap();
+            host(be, &out, tokens.len() * n_in)
+        };
+        assert_eq!(embed(cuda, &wg), embed(&cpu, &wc), "embed {ty}");
+    }
+}
+
+#[test]
+fn a_row_gives_the_same_bits_in_any_verification_batch() {
+    let Some(cuda) = gpu() else { return };
+    let mut rng = Rng(7);
+    let (n_out, n_in) = (64, 256);
+    let bytes = Arc::new(weights(GgmlType::Q4_K, n_out, n_in, &mut rng));
+    let w = load(cuda, GgmlType::Q4_K, n_out, n_in, &bytes);
+    let x = rng.vec(16 * n_in);
+    let run = |rows: usize, from: usize| {
+        let xb = cuda
+            .load_vector(&x[from * n_in..(from + rows) * n_in])
+            .unwrap();
+        let mut out = cuda.alloc(rows * n_out).unwrap();
+        cuda.matmul(&w, &xb, rows, &mut out).unwrap();
+        host(cuda, &out, rows * n_out)
+    };
+    let all = run(16, 0);
+    for r in 0..16 {
+        assert_eq!(run(1, r), all[r * n_out..][..n_out].to_vec(), "row {r}");
+    }
+}
+
+#[test]
+fn an_unsupported_weight_type_fails_at_load_naming_the_tensor() {
+    let Some(cuda) = gpu() else { return };
+    let ty = GgmlType::IQ4_XS;
+    let bytes = Arc::new(vec![0u8; ty.row_bytes(256).unwrap() as usize * 4]);
+    let src = WeightSource {
+        name: "blk.0.ffn_down.weight",
+        view: WeightView::new(ty, 4, 256, &bytes),
+        owner: bytes.clone(),
+        role: WeightRole::MATMUL,
+    };
+    let Err(err) = cuda.load_weight(&src, &mut |_| {}) else {
+        panic!("IQ4_XS loaded on CUDA")
+    };
+    assert!(err.to_string().contains("blk.0.ffn_down.weight"), "{err}");
+}
+
+#[test]
+fn norms_and_elementwise_ops_match_the_cpu() {
+    let Some(cuda) = gpu() else { return };
+    let cpu = CpuBackend::exact(2);
+    let mut rng = Rng(11);
+    let width = 320;
+    for rows in ROWS {
+        let n = rows * width;
+        let (x, d, w, bias) = (rng.vec(n), rng.vec(n), rng.vec(width), rng.vec(width));
+        for kind in [NormKind::Rms, NormKind::RmsPlusOne] {
+            let (g, c) = both(&cpu, cuda, n, |be| {
+                let mut xb = be.load_vector(&x).unwrap();
+                be.rms_norm(&mut xb, rows, &be.load_vector(&w).unwrap(), 1e-6, kind)
+                    .unwrap();
+                xb
+            });
+            assert_close(&format!("rms_norm {kind:?} rows {rows}"), &g, &c, 1e-12);
+            for with_delta in [false, true] {
+                let run = |be: &dyn Backend| {
+                    let mut xb = be.load_vector(&x).unwrap();
+                    let db = be.load_vector(&d).unwrap();
+                    let mut out = be.alloc(n).unwrap();
+                    let wb = be.load_vector(&w).unwrap();
+                    be.add_rms_norm(
+                        &mut xb,
+                        with_delta.then_some(&db),
+                        &mut out,
+                        rows,
+                        &wb,
+                        1e-5,
+                        kind,
+                    )
+                    .unwrap();
+                    [host(be, &xb, n), host(be, &out, n)].concat()
+                };
+                assert_close(
+                    &format!("add_rms_norm rows {rows}"),
+                    &run(cuda),
+                    &run(&cpu),
+                    1e-12,
+                );
+            }
+        }
+        let elementwise = |be: &dyn Backend| {
+            let mut xb = be.load_vector(&x).unwrap();
+            be.add_bias(&mut xb, rows, &be.load_vector(&bias).unwrap())
+                .unwrap();
+            be.add(&mut xb, &be.load_vector(&d).unwrap(), n).unwrap();
+            be.scale(&mut xb, n, 3.5).unwrap();
+            be.softcap(&mut xb, n, 2.0).unwrap();
+            let mut gate = be.load_vector(&d).unwrap();
+            be.glu(&mut gate, &xb, n, Activation::SwiGlu).unwrap();
+            let mut gate2 = be.load_vector(&x).unwrap();
+            be.glu(&mut gate2, &xb, n, Activation::GeGluTanh).unwrap();
+            [host(be, &xb, n), host(be, &gate, n), host(be, &gate2, n)].concat()
+        };
+        assert_close(
+            &format!("bias/add/scale/softcap/glu rows {rows}"),
+            &elementwise(cuda),
+            &elementwise(&cpu),
+            1e-12,
+        );
+    }
+}
+
+#[test]
+fn rope_kv_and_attention_match_the_cpu() {
+    let Some(cuda) = gpu() else { return };
+    let cpu = CpuBackend::exact(2);
+    let mut rng = Rng(13);
+    // (n_head, n_head_kv, head_dim, window, softcap)
+    let shapes = [
+        (4, 2, 64, None, None),
+        (8, 1, 256, Some(40), Some(50.0)),
+        (6, 6, 128, None, None),
+        (4, 2, 16, Some(3), None),
+        (2, 1, 80, None, Some(20.0)),
+    ];
+    for (n_head, n_head_kv, head_dim, window, softcap) in shapes {
+        for rows in ROWS {
+            // a prefix already cached, then this forward's rows
+            let start = if rows == 512 { 100 } else { 300 };
+            let shape = KvShape {
+                n_layer: 2,
+                n_head_kv,
+                head_dim,
+                capacity: start + rows + 8,
+            };
+            let prefix: Vec<u32> = (0..start as u32).collect();
+            let tokens: Vec<u32> = (0..rows as u32).collect();
+            let (q_all, k_pre, v_pre) = (
+                rng.vec(rows * n_head * head_dim),
+                rng.vec(start * n_head_kv * head_dim),
+                rng.vec(start * n_head_kv * head_dim),
+            );
+            let (k_new, v_new) = (
+                rng.vec(rows * n_head_kv * head_dim),
+                rng.vec(rows * n_head_kv * head_dim),
+            );
+            let kind = if n_head == 6 {
+                RopeKind::Neox
+            } else {
+                RopeKind::Norm
+            };
+            let p = AttnParams {
+                n_head,
+                n_head_kv,
+                head_dim,
+                scale: 1.0 / (head_dim as f32).sqrt(),
+                window,
+                softcap,
+            };
+            let run = |be: &dyn Backend| {
+                let mut kv = be.alloc_kv(shape).unwrap();
+                let mut pre = ForwardMeta::new(&prefix, 0, vec![]);
+                be.prepare(&mut pre).unwrap();
+                let (kb, vb) = (
+                    be.load_vector(&k_pre).unwrap(),
+                    be.load_vector(&v_pre).unwrap(),
+                );
+                be.write_kv(&mut kv, 1, &kb, &vb, &pre).unwrap();
+                let mut meta = ForwardMeta::new(&tokens, start, vec![]);
+                be.prepare(&mut meta).unwrap();
+                let mut q = be.load_vector(&q_all).unwrap();
+                let mut k = be.load_vector(&k_new).unwrap();
+                be.rope(&mut q, n_head, head_dim, &meta, 10000.0, 0.5, kind)
+                    .unwrap();
+                be.rope(&mut k, n_head_kv, head_dim, &meta, 10000.0, 0.5, kind)
+                    .unwrap();
+                be.write_kv(&mut kv, 1, &k, &be.load_vector(&v_new).unwrap(), &meta)
+                    .unwrap();
+                let mut out = be.alloc(rows * n_head * head_dim).unwrap();
+                be.attention(&q, &kv, 1, &meta, &p, &mut out).unwrap();
+                [host(be, &q, q_all.len()), host(be, &out, q_all.len())].concat()
+            };
+            let what = format!("heads {n_head}/{n_head_kv}x{head_dim} window {window:?} softcap {softcap:?} rows {rows}");
+            assert_close(&what, &run(cuda), &run(&cpu), 1e-9);
+        }
+    }
+}
+
+#[test]
+fn gather_read_and_argmax_match_the_cpu() {
+    let Some(cuda) = gpu() else { return };
+    let cpu = CpuBackend::exact(2);
+    let mut rng = Rng(17);
+    let width = 1000;
+    for rows in ROWS {
+        let mut x = rng.vec(rows * width);
+        // ties take the lowest index, NaN is never chosen, an all-NaN row answers 0
+        x[3] = 5.0;
+        x[7] = 5.0;
+        if rows > 1 {
+            x[width] = f32::NAN;
+            x[width + 1..2 * width]
+                .iter_mut()
+                .for_each(|v| *v = f32::NAN);
+        }
+        let wanted: Vec<u32> = (0..rows as u32).step_by(3).collect();
+        let tokens = vec![0u32; rows];
+        let run = |be: &dyn Backend| {
+            let xb = be.load_vector(&x).unwrap();
+            let mut meta = ForwardMeta::new(&tokens, 0, wanted.clone());
+            be.prepare(&mut meta).unwrap();
+            let mut dst = be.alloc(wanted.len() * width).unwrap();
+            be.gather_rows(&xb, width, &meta, &mut dst).unwrap();
+            let ids = be.argmax(&xb, rows, width).unwrap();
+            (host(be, &dst, wanted.len() * width), ids)
+        };
+        let (g, c) = (run(cuda), run(&cpu));
+        assert_eq!(g.1, c.1, "argmax rows {rows}");
+        assert_eq!(
+            g.0.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            c.0.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "gather rows {rows}"
+        );
+    }
+}
+
+#[test]
+fn bad_shapes_and_foreign_handles_are_errors() {
+    let Some(cuda) = gpu() else { return };
+    let cpu = CpuBackend::new(1);
+    let small = cuda.alloc(4).unwrap();
+    let mut out = cuda.alloc(4).unwrap();
+    assert!(
+        cuda.add(&mut out, &small, 5).is_err(),
+        "past a buffer's end"
+    );
+    let theirs = cpu.alloc(4).unwrap();
+    assert!(
+        cuda.add(&mut out, &theirs, 4).is_err(),
+        "another backend's buffer"
+    );
+    let meta = ForwardMeta::new(&[1], 0, vec![0]);
+    let mut x = cuda.alloc(64).unwrap();
+    assert!(
+        cuda.rope(&mut x, 1, 64, &meta, 1e4, 1.0, RopeKind::Norm)
+            .is_err(),
+        "metadata not prepared"
+    );
+    let shape = KvShape {
+        n_layer: 1,
+        n_head_kv: 1,
+        head_dim: 64,
+        capacity: 4,
+    };
+    let mut kv = cuda.alloc_kv(shape).unwrap();
+    let mut late = ForwardMeta::new(&[1], 4, vec![0]);
+    cuda.prepare(&mut late).unwrap();
+    let k = cuda.alloc(64).unwrap();
+    assert!(
+        cuda.write_kv(&mut kv, 0, &k, &k, &late).is_err(),
+        "a position past the capacity"
+    );
+}
