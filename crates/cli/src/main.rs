@@ -1,4 +1,4 @@
-//! `ishizuki`: demo, run, serve, bench, perplexity, tokenize, inspect, pull. Generated text goes to stdout,
+//! `ishizuki`: demo, run, serve, bench, perplexity, tokenize, inspect, pull, synth. Generated text goes to stdout,
 //! everything else to stderr.
 mod commands;
 
@@ -34,6 +34,8 @@ enum Command {
     Bench(commands::bench::BenchArgs),
     /// Fetch curated models into the cache.
     Pull(commands::pull::PullArgs),
+    /// Write a random-weight GGUF of a real model's shape (for measuring speed).
+    Synth(commands::synth::SynthArgs),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +49,7 @@ fn main() -> ExitCode {
         Command::Inspect(a) => commands::inspect::run(a),
         Command::Pull(a) => commands::pull::run(a),
         Command::Bench(a) => commands::bench::run(a),
+        Command::Synth(a) => commands::synth::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,6 +2,7 @@
 pub mod arch;
 pub mod config;
 pub mod kv_cache;
+pub mod synth;
 pub mod transformer;
 pub mod weights;
 mod workspace;

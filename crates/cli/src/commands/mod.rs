@@ -8,6 +8,7 @@ mod profile;
 pub mod pull;
 pub mod run;
 pub mod serve;
+pub mod synth;
 pub mod tokenize;
 
 use device::{Chosen, Device};
