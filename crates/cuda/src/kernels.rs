@@ -13,6 +13,7 @@ use std::sync::Arc;
 const COMMON: &str = include_str!("kernels/common.cuh");
 const DEQUANT: &str = include_str!("kernels/dequant.cuh");
 const MATMUL: &str = include_str!("kernels/matmul.cu");
+const MATMUL_Q8: &str = include_str!("kernels/matmul_q8.cu");
 const OPS: &str = include_str!("kernels/ops.cu");
 const ATTENTION: &str = include_str!("kernels/attention.cu");
 
@@ -45,13 +46,33 @@ pub fn weight_kernel_names(ty: GgmlType) -> Option<(String, String)> {
     Some((format!("matmul_{n}_f32_f32"), format!("embed_{n}_f32")))
 }
 
+/// Types with a few-row matmul on 8-bit activations (`matmul_q8.cu`).
+pub const Q8_ACTIVATION_TYPES: [GgmlType; 3] = [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0];
+
+/// `matmul_<type>_q8_f32`: `ty` weights, 8-bit activations in, f32 out; None when the type
+/// has no such kernel.
+pub fn q8_matmul_name(ty: GgmlType) -> Option<String> {
+    let n = weight_type_name(ty)?;
+    Q8_ACTIVATION_TYPES
+        .contains(&ty)
+        .then(|| format!("matmul_{n}_q8_f32"))
+}
+
 /// The source of `ty`'s module: the shared header, the dequantiser, the templates and their
 /// entry points for this type.
 pub fn weight_module_source(ty: GgmlType) -> Option<String> {
     let (matmul, embed) = weight_kernel_names(ty)?;
     let id = ty as u32;
+    let q8 = match q8_matmul_name(ty) {
+        Some(name) => format!(
+            "{MATMUL_Q8}\nextern \"C\" __global__ void {name}(const u8* w, const i8* xq, \
+             const float* xd, float* out, int n_out, int n_in, int rows, u64 row_bytes) {{ \
+             matmul_q8_body<{id}>(w, xq, xd, out, n_out, n_in, rows, row_bytes); }}\n"
+        ),
+        None => String::new(),
+    };
     Some(format!(
-        "{COMMON}\n{DEQUANT}\n{MATMUL}\n\
+        "{COMMON}\n{DEQUANT}\n{MATMUL}\n{q8}\n\
          extern \"C\" __global__ void {matmul}(const u8* w, const float* x, float* out, \
          int n_out, int n_in, int rows, u64 row_bytes) {{ \
          matmul_body<{id}>(w, x, out, n_out, n_in, rows, row_bytes); }}\n\
@@ -78,12 +99,15 @@ pub struct OpKernels {
     pub gather_rows: CudaFunction,
     pub argmax: CudaFunction,
     pub attention: CudaFunction,
+    pub quantize_q8: CudaFunction,
 }
 
 /// A weight type's entry points.
 pub struct WeightKernels {
     pub matmul: CudaFunction,
     pub embed: CudaFunction,
+    /// The few-row matmul on 8-bit activations, for the types that have one.
+    pub matmul_q8: Option<CudaFunction>,
 }
 
 fn load(
@@ -118,6 +142,7 @@ impl OpKernels {
             gather_rows: function(&m, "gather_rows_f32")?,
             argmax: function(&m, "argmax_f32")?,
             attention: function(&m, "attention_f32_f16")?,
+            quantize_q8: function(&m, "quantize_q8_f32_i8")?,
         })
     }
 }
@@ -142,9 +167,13 @@ impl WeightKernels {
             target,
             cache,
         )?;
+        let matmul_q8 = q8_matmul_name(ty)
+            .map(|name| function(&m, &name))
+            .transpose()?;
         Ok(Some(WeightKernels {
             matmul: function(&m, &matmul)?,
             embed: function(&m, &embed)?,
+            matmul_q8,
         }))
     }
 }
@@ -163,6 +192,13 @@ mod tests {
             let src = weight_module_source(ty).unwrap();
             assert!(src.contains(&format!("void {matmul}(")), "{ty}");
             assert!(src.contains(&format!("matmul_body<{}>", ty as u32)), "{ty}");
+            if let Some(q8) = q8_matmul_name(ty) {
+                assert_eq!(q8, format!("matmul_{name}_q8_f32"));
+                assert!(
+                    src.contains(&format!("matmul_q8_body<{}>", ty as u32)),
+                    "{ty}"
+                );
+            }
             assert!(sources.insert(src), "{ty}'s module is another type's");
         }
         assert!(weight_kernel_names(GgmlType::IQ2_XXS).is_none());

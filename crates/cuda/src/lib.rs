@@ -25,6 +25,9 @@ const ROW_THREADS: u32 = 128;
 /// Output rows per matmul block (its warps) and activation rows per block (`matmul.cu`).
 const MATMUL_WARPS: usize = 4;
 const MATMUL_ROWS: usize = 8;
+/// Rows up to which a matmul runs on 8-bit activations (in passes of MATMUL_ROWS): decode
+/// and draft verification. Longer prefills keep f32 activations.
+const Q8_MAX_ROWS: usize = 16;
 /// Attention's head_dim bound (`attention.cu`).
 const ATTN_MAX_HEAD_DIM: usize = 256;
 
@@ -36,6 +39,18 @@ pub struct CudaBackend {
     info: DeviceInfo,
     ops: OpKernels,
     weight_kernels: Mutex<HashMap<GgmlType, Arc<WeightKernels>>>,
+    /// f32 activations into every matmul (no 8-bit activations): the reference-tolerance mode.
+    exact: bool,
+    /// 8-bit activations of the few-row matmul, sized at load for the widest weight, so a
+    /// captured step sees fixed addresses.
+    q8_scratch: Mutex<Option<Q8Scratch>>,
+}
+
+/// `Q8_MAX_ROWS x n_in` int8 activations and their per-32 scales.
+struct Q8Scratch {
+    q: CudaSlice<i8>,
+    d: CudaSlice<f32>,
+    n_in: usize,
 }
 
 impl CudaBackend {
@@ -56,7 +71,78 @@ impl CudaBackend {
             info,
             ops,
             weight_kernels: Mutex::new(HashMap::new()),
+            exact: false,
+            q8_scratch: Mutex::new(None),
         })
+    }
+
+    /// f32 activations into every matmul, as `CpuBackend::exact` (set before loading).
+    pub fn exact(mut self) -> CudaBackend {
+        self.exact = true;
+        self
+    }
+
+    /// Grows the 8-bit activation scratch to hold rows of `n_in`.
+    fn reserve_q8(&self, n_in: usize) -> Result<()> {
+        let mut slot = self.q8_scratch.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.as_ref().is_some_and(|s| s.n_in >= n_in) {
+            return Ok(());
+        }
+        let q = self
+            .stream
+            .alloc_zeros::<i8>(Q8_MAX_ROWS * n_in)
+            .map_err(cuda_err)?;
+        let d = self
+            .stream
+            .alloc_zeros::<f32>(Q8_MAX_ROWS * n_in / 32)
+            .map_err(cuda_err)?;
+        *slot = Some(Q8Scratch { q, d, n_in });
+        Ok(())
+    }
+
+    /// `out = x . w^T` for `rows <= Q8_MAX_ROWS` through 8-bit activations.
+    fn matmul_q8(
+        &self,
+        f: &cudarc::driver::CudaFunction,
+        w: &LoadedWeight,
+        wp: u64,
+        x: u64,
+        rows: usize,
+        out: u64,
+    ) -> Result<()> {
+        let dw = w.get::<DevWeight>()?;
+        let slot = self.q8_scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let s = slot
+            .as_ref()
+            .filter(|s| s.n_in >= w.n_in)
+            .ok_or_else(|| Error::Backend("cuda: no 8-bit activation scratch".into()))?;
+        let (qp, dp) = (self.ptr(&s.q), self.ptr(&s.d));
+        let n_blocks = (rows * w.n_in / 32) as u64;
+        let mut b = self.stream.launch_builder(&self.ops.quantize_q8);
+        b.arg(&x).arg(&qp).arg(&dp).arg(&n_blocks);
+        // SAFETY: x holds rows x n_in f32s; the scratch holds Q8_MAX_ROWS rows of n_in
+        unsafe { b.launch(launch_1d(n_blocks * 32)) }.map_err(cuda_err)?;
+        let (n_out, n_in, r, rb) = (
+            w.n_out as i32,
+            w.n_in as i32,
+            rows as i32,
+            dw.row_bytes as u64,
+        );
+        let cfg = LaunchConfig {
+            grid_dim: (
+                w.n_out.div_ceil(MATMUL_WARPS) as u32,
+                rows.div_ceil(MATMUL_ROWS) as u32,
+                1,
+            ),
+            block_dim: (32 * MATMUL_WARPS as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&wp).arg(&qp).arg(&dp).arg(&out);
+        b.arg(&n_out).arg(&n_in).arg(&r).arg(&rb);
+        // SAFETY: the weight holds n_out rows of row_bytes; the scratch rows x n_in; out rows x n_out
+        unsafe { b.launch(cfg) }.map_err(cuda_err)?;
+        Ok(())
     }
 
     pub fn info(&self) -> &DeviceInfo {
@@ -199,6 +285,9 @@ impl Backend for CudaBackend {
             return Err(unsupported());
         }
         let kernels = self.kernels_for(w.ty)?.ok_or_else(unsupported)?;
+        if kernels.matmul_q8.is_some() && !self.exact {
+            self.reserve_q8(w.n_in)?;
+        }
         let data = self.stream.clone_htod(w.data).map_err(cuda_err)?;
         consumed(w.data);
         let bytes = w.data.len();
@@ -260,6 +349,11 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         let wp = self.ptr(&dw.data);
+        if let Some(f) = dw.kernels.matmul_q8.as_ref() {
+            if !self.exact && rows <= Q8_MAX_ROWS {
+                return self.matmul_q8(f, w, wp, xp, rows, op);
+            }
+        }
         let (n_out, n_in, r, rb) = (
             w.n_out as i32,
             w.n_in as i32,

@@ -8,7 +8,7 @@ use ishizuki_core::{
     Backend, Buffer, ForwardMeta, GgmlType, KvShape, LoadedWeight, WeightRole, WeightSource,
 };
 use ishizuki_cpu::CpuBackend;
-use ishizuki_cuda::kernels::WEIGHT_TYPES;
+use ishizuki_cuda::kernels::{Q8_ACTIVATION_TYPES, WEIGHT_TYPES};
 use ishizuki_cuda::CudaBackend;
 use std::sync::{Arc, OnceLock};
 
@@ -16,20 +16,28 @@ const ROWS: [usize; 5] = [1, 2, 8, 16, 512];
 
 fn gpu() -> Option<&'static CudaBackend> {
     static GPU: OnceLock<Option<CudaBackend>> = OnceLock::new();
-    GPU.get_or_init(|| {
-        if !ishizuki_cuda::available() {
-            let required = std::env::var_os("ISHIZUKI_REQUIRE_CUDA").is_some();
-            assert!(
-                !required,
-                "ISHIZUKI_REQUIRE_CUDA is set but no GPU is available"
-            );
-            eprintln!("no CUDA GPU here: skipped");
-            return None;
-        }
-        let cache = std::env::var_os("ISHIZUKI_CUDA_CACHE").map(Into::into);
-        Some(CudaBackend::new(0, cache).expect("the CUDA backend starts"))
-    })
-    .as_ref()
+    GPU.get_or_init(|| open_gpu(false)).as_ref()
+}
+
+/// The backend with f32 activations into every matmul.
+fn gpu_exact() -> Option<&'static CudaBackend> {
+    static GPU: OnceLock<Option<CudaBackend>> = OnceLock::new();
+    GPU.get_or_init(|| open_gpu(true)).as_ref()
+}
+
+fn open_gpu(exact: bool) -> Option<CudaBackend> {
+    if !ishizuki_cuda::available() {
+        let required = std::env::var_os("ISHIZUKI_REQUIRE_CUDA").is_some();
+        assert!(
+            !required,
+            "ISHIZUKI_REQUIRE_CUDA is set but no GPU is available"
+        );
+        eprintln!("no CUDA GPU here: skipped");
+        return None;
+    }
+    let cache = std::env::var_os("ISHIZUKI_CUDA_CACHE").map(Into::into);
+    let be = CudaBackend::new(0, cache).expect("the CUDA backend starts");
+    Some(if exact { be.exact() } else { be })
 }
 
 struct Rng(u64);
@@ -125,43 +133,62 @@ fn both(
     (host(cuda, &a, n_out), host(cpu, &b, n_out))
 }
 
+/// NMSE of 8-bit activations (a uniform rounding step of amax / 127 per 32 values) is ~2e-5.
+const Q8_ACTIVATION_NMSE: f64 = 1e-4;
+
 #[test]
 fn matmul_and_embed_match_the_cpu_for_every_weight_type() {
-    let Some(cuda) = gpu() else { return };
+    let (Some(fast), Some(exact)) = (gpu(), gpu_exact()) else {
+        return;
+    };
     let cpu = CpuBackend::exact(2);
     let mut rng = Rng(0x9e3779b97f4a7c15);
-    // n_out not a multiple of a block's output rows; n_in two K-quant super-blocks
-    let (n_out, n_in) = (101, 512);
+    // n_out not a multiple of a block's output rows; n_in two K-quant super-blocks, and for
+    // 32-blocks a row that ends inside a 256-wide unit of the 8-bit kernel
     for (ty, _) in WEIGHT_TYPES {
-        let bytes = Arc::new(weights(ty, n_out, n_in, &mut rng));
-        let (wc, wg) = (
-            load(&cpu, ty, n_out, n_in, &bytes),
-            load(cuda, ty, n_out, n_in, &bytes),
-        );
-        for rows in ROWS {
-            let x = rng.vec(rows * n_in);
-            let run = |be: &dyn Backend, w: &LoadedWeight| {
-                let xb = be.load_vector(&x).unwrap();
-                let mut out = be.alloc(rows * n_out).unwrap();
-                be.matmul(w, &xb, rows, &mut out).unwrap();
-                host(be, &out, rows * n_out)
-            };
-            assert_close(
-                &format!("matmul {ty} rows {rows}"),
-                &run(cuda, &wg),
-                &run(&cpu, &wc),
-                1e-10,
-            );
-        }
-        let tokens: Vec<u32> = (0..7).map(|i| (i * 37 % n_out) as u32).collect();
-        let embed = |be: &dyn Backend, w: &LoadedWeight| {
-            let mut meta = ForwardMeta::new(&tokens, 0, vec![]);
-            be.prepare(&mut meta).unwrap();
-            let mut out = be.alloc(tokens.len() * n_in).unwrap();
-            be.embed(w, &meta, &mut out).unwrap();
-            host(be, &out, tokens.len() * n_in)
+        let widths: &[usize] = if ty.block_size() == 32 {
+            &[512, 288]
+        } else {
+            &[512]
         };
-        assert_eq!(embed(cuda, &wg), embed(&cpu, &wc), "embed {ty}");
+        for &n_in in widths {
+            let n_out = 101;
+            let bytes = Arc::new(weights(ty, n_out, n_in, &mut rng));
+            let wc = load(&cpu, ty, n_out, n_in, &bytes);
+            for (cuda, is_exact) in [(exact, true), (fast, false)] {
+                let wg = load(cuda, ty, n_out, n_in, &bytes);
+                let q8 = !is_exact && Q8_ACTIVATION_TYPES.contains(&ty);
+                for rows in ROWS {
+                    let x = rng.vec(rows * n_in);
+                    let run = |be: &dyn Backend, w: &LoadedWeight| {
+                        let xb = be.load_vector(&x).unwrap();
+                        let mut out = be.alloc(rows * n_out).unwrap();
+                        be.matmul(w, &xb, rows, &mut out).unwrap();
+                        host(be, &out, rows * n_out)
+                    };
+                    let tol = if q8 && rows <= 16 {
+                        Q8_ACTIVATION_NMSE
+                    } else {
+                        1e-10
+                    };
+                    assert_close(
+                        &format!("matmul {ty} n_in {n_in} rows {rows} exact {is_exact}"),
+                        &run(cuda, &wg),
+                        &run(&cpu, &wc),
+                        tol,
+                    );
+                }
+                let tokens: Vec<u32> = (0..7).map(|i| (i * 37 % n_out) as u32).collect();
+                let embed = |be: &dyn Backend, w: &LoadedWeight| {
+                    let mut meta = ForwardMeta::new(&tokens, 0, vec![]);
+                    be.prepare(&mut meta).unwrap();
+                    let mut out = be.alloc(tokens.len() * n_in).unwrap();
+                    be.embed(w, &meta, &mut out).unwrap();
+                    host(be, &out, tokens.len() * n_in)
+                };
+                assert_eq!(embed(cuda, &wg), embed(&cpu, &wc), "embed {ty}");
+            }
+        }
     }
 }
 
@@ -169,21 +196,37 @@ fn matmul_and_embed_match_the_cpu_for_every_weight_type() {
 fn a_row_gives_the_same_bits_in_any_verification_batch() {
     let Some(cuda) = gpu() else { return };
     let mut rng = Rng(7);
-    let (n_out, n_in) = (64, 256);
-    let bytes = Arc::new(weights(GgmlType::Q4_K, n_out, n_in, &mut rng));
-    let w = load(cuda, GgmlType::Q4_K, n_out, n_in, &bytes);
-    let x = rng.vec(16 * n_in);
-    let run = |rows: usize, from: usize| {
-        let xb = cuda
-            .load_vector(&x[from * n_in..(from + rows) * n_in])
-            .unwrap();
-        let mut out = cuda.alloc(rows * n_out).unwrap();
-        cuda.matmul(&w, &xb, rows, &mut out).unwrap();
-        host(cuda, &out, rows * n_out)
-    };
-    let all = run(16, 0);
-    for r in 0..16 {
-        assert_eq!(run(1, r), all[r * n_out..][..n_out].to_vec(), "row {r}");
+    let (n_out, n_in) = (64, 512);
+    for ty in [
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+        GgmlType::Q8_0,
+        GgmlType::Q5_0,
+    ] {
+        let bytes = Arc::new(weights(ty, n_out, n_in, &mut rng));
+        let w = load(cuda, ty, n_out, n_in, &bytes);
+        let x = rng.vec(16 * n_in);
+        let run = |rows: usize, from: usize| {
+            let xb = cuda
+                .load_vector(&x[from * n_in..(from + rows) * n_in])
+                .unwrap();
+            let mut out = cuda.alloc(rows * n_out).unwrap();
+            cuda.matmul(&w, &xb, rows, &mut out).unwrap();
+            host(cuda, &out, rows * n_out)
+        };
+        let all = run(16, 0);
+        for r in 0..16 {
+            assert_eq!(
+                run(1, r),
+                all[r * n_out..][..n_out].to_vec(),
+                "{ty} row {r}"
+            );
+            assert_eq!(
+                run(3, r.min(13))[..n_out],
+                all[r.min(13) * n_out..][..n_out],
+                "{ty} row {r} of 3"
+            );
+        }
     }
 }
 

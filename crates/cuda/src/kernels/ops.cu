@@ -157,3 +157,17 @@ extern "C" __global__ void argmax_f32(const float* x, u32* out, int width) {
         out[blockIdx.x] = bi == none ? 0 : bi;
     }
 }
+
+// x (n_blocks x 32) -> int8 q and one f32 scale d per 32-block (x ~ d * q, q in -127..127,
+// rounded to nearest even); a warp per block, a lane per element.
+extern "C" __global__ void quantize_q8_f32_i8(const float* x, i8* q, float* d, u64 n_blocks) {
+    u64 block = (blockIdx.x * (u64)blockDim.x + threadIdx.x) / WARP;
+    int lane = threadIdx.x % WARP;
+    if (block >= n_blocks) return;
+    float v = x[block * WARP + lane];
+    float amax = warp_max(fabsf(v));
+    float scale = amax / 127.0f;
+    float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+    q[block * WARP + lane] = (i8)__float2int_rn(v * inv);
+    if (lane == 0) d[block] = scale;
+}
