@@ -550,9 +550,9 @@ impl Backend for CudaBackend {
                 "attention: {p:?} over a KV cache of {shape:?}"
             )));
         }
-        if !p.head_dim.is_multiple_of(32) || p.head_dim > ATTN_MAX_HEAD_DIM {
+        if p.head_dim == 0 || p.head_dim > ATTN_MAX_HEAD_DIM {
             return Err(Error::Backend(format!(
-                "cuda attention: head_dim {} is not a multiple of 32 up to {ATTN_MAX_HEAD_DIM}",
+                "cuda attention: head_dim {} is not in 1..={ATTN_MAX_HEAD_DIM}",
                 p.head_dim
             )));
         }
