@@ -148,6 +148,14 @@ struct Decoder<'s, 'a> {
     matcher: Option<Matcher>,
 }
 
+/// A forward's output as its rows' sampling needs it: the logits, or, for greedy decoding that
+/// nothing else reads them for (no penalties, grammar or logprobs), each row's argmax, found by
+/// the backend, so a GPU reads back a few ids instead of every row's vocabulary.
+enum Out {
+    Logits(Vec<f32>),
+    Ids(Vec<u32>),
+}
+
 /// How a forward's rows ended: drafted tokens kept, the token after them, or the finish.
 struct Rows {
     kept: usize,
@@ -161,7 +169,7 @@ impl Step<'_> {
     pub(crate) fn decode(
         &self,
         slot: &mut Slot,
-        mut logits: Vec<f32>,
+        logits: Vec<f32>,
         (matcher, mut mask): (Option<Matcher>, Option<Mask>),
         generated: &mut Vec<u32>,
         drafting: &mut Option<Drafting>,
@@ -191,8 +199,9 @@ impl Step<'_> {
             }
         }
         let (mut inputs, mut draft) = (Vec::new(), Draft::default());
+        let mut out = Out::Logits(logits);
         let finish = loop {
-            let rows = d.rows(&mut logits, &draft, mask.take(), generated, sink);
+            let rows = d.rows(&mut out, &draft, mask.take(), generated, sink);
             // the cache keeps the forward's first token and the drafted tokens that were kept
             let kept = rows.as_ref().map_or(0, |r| r.kept);
             if let Some(&first) = inputs.first() {
@@ -229,17 +238,24 @@ impl Step<'_> {
             } else {
                 Logits::All
             };
-            let (next_logits, next_mask, secs) = std::thread::scope(|s| {
+            let ids_only = d.argmax_suffices();
+            let (next_out, next_mask, secs) = std::thread::scope(|s| {
                 let job = d
                     .matcher
                     .as_mut()
                     .map(|m| s.spawn(move || m.compute_mask_or_eos()));
-                let t0 = Instant::now();
-                let out = self.model.forward(&inputs, &mut slot.cache, want);
+                let (t0, cache) = (Instant::now(), &mut slot.cache);
+                let out = if ids_only {
+                    self.model
+                        .forward_argmax(&inputs, cache, want)
+                        .map(Out::Ids)
+                } else {
+                    self.model.forward(&inputs, cache, want).map(Out::Logits)
+                };
                 let secs = t0.elapsed().as_secs_f64();
                 (out, job.map(|j| j.join()), secs)
             });
-            logits = next_logits?;
+            out = next_out?;
             mask = next_mask.map(joined).transpose()?;
             if let Some(dr) = drafting.as_mut() {
                 dr.costs.record(inputs.len(), secs);
@@ -294,7 +310,7 @@ impl Decoder<'_, '_> {
     /// token is verified against it, the first rejection (or the last row) samples the next.
     fn rows(
         &mut self,
-        logits: &mut [f32],
+        out: &mut Out,
         draft: &Draft,
         mut first_mask: Option<Mask>,
         generated: &mut Vec<u32>,
@@ -302,8 +318,12 @@ impl Decoder<'_, '_> {
     ) -> Result<Rows, Halt> {
         let p = self.step.p;
         let n_vocab = self.step.model.config.n_vocab;
+        let n_rows = match out {
+            Out::Logits(l) => l.len() / n_vocab,
+            Out::Ids(ids) => ids.len(),
+        };
         let mut kept = 0;
-        for (i, row) in logits.chunks_exact_mut(n_vocab).enumerate() {
+        for i in 0..n_rows {
             if generated.len() >= p.max_tokens {
                 return Ok(Rows {
                     kept,
@@ -311,23 +331,12 @@ impl Decoder<'_, '_> {
                     finish: Some(FinishReason::Length),
                 });
             }
-            let raw = p.request.logprobs.map(|_| row.to_vec());
-            let constrained = self.matcher.is_some() && !self.out.in_reasoning();
-            // the mask computed beside the forward holds for its first row only
-            let computed = first_mask.take();
-            if constrained {
-                let m = match computed {
-                    Some(m) => m,
-                    None => self.compute_mask()?,
-                };
-                apply_mask(row, &m);
-            }
-            let id = match draft.tokens.get(i) {
-                Some(&x) => {
-                    let dist = self.sampler.distribution(row, &self.history);
-                    verify_one(&dist, &draft.proposals[i], x, self.sampler.rng()).unwrap_or(x)
+            let (id, constrained, raw) = match out {
+                Out::Ids(ids) => (ids[i], false, None),
+                Out::Logits(l) => {
+                    let row = &mut l[i * n_vocab..(i + 1) * n_vocab];
+                    self.pick(row, i, draft, first_mask.take())?
                 }
-                None => self.sampler.sample(row, &self.history),
             };
             let accepted = draft.tokens.get(i) == Some(&id);
             if let Some(finish) = self.emit(id, constrained, raw, generated, sink)? {
@@ -348,10 +357,48 @@ impl Decoder<'_, '_> {
             kept += 1;
         }
         Err(Halt::Fault(format!(
-            "verification: {} rows of logits for a draft of {}",
-            logits.len() / n_vocab,
+            "verification: {n_rows} rows of output for a draft of {}",
             draft.len()
         )))
+    }
+
+    /// Row `i`'s token: masked by the grammar where one applies (`computed` is the mask made
+    /// beside the forward, for its first row), then sampled, or its drafted token verified;
+    /// with whether it was constrained and, for logprobs, the raw row.
+    fn pick(
+        &mut self,
+        row: &mut [f32],
+        i: usize,
+        draft: &Draft,
+        computed: Option<Mask>,
+    ) -> Result<(u32, bool, Option<Vec<f32>>), Halt> {
+        let raw = self.step.p.request.logprobs.map(|_| row.to_vec());
+        let constrained = self.matcher.is_some() && !self.out.in_reasoning();
+        if constrained {
+            let m = match computed {
+                Some(m) => m,
+                None => self.compute_mask()?,
+            };
+            apply_mask(row, &m);
+        }
+        let id = match draft.tokens.get(i) {
+            Some(&x) => {
+                let dist = self.sampler.distribution(row, &self.history);
+                verify_one(&dist, &draft.proposals[i], x, self.sampler.rng()).unwrap_or(x)
+            }
+            None => self.sampler.sample(row, &self.history),
+        };
+        Ok((id, constrained, raw))
+    }
+
+    /// Whether the next forward's argmax ids say all its rows' sampling needs: greedy, no
+    /// penalties, no grammar, no logprobs.
+    fn argmax_suffices(&self) -> bool {
+        let c = self.sampler.config();
+        c.is_greedy()
+            && !c.penalties_active()
+            && self.matcher.is_none()
+            && self.step.p.request.logprobs.is_none()
     }
 
     fn compute_mask(&mut self) -> Result<Mask, Halt> {

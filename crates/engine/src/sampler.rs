@@ -66,7 +66,7 @@ impl SamplerConfig {
         self.temperature <= 0.0 || self.temperature.is_nan()
     }
 
-    fn penalties_active(&self) -> bool {
+    pub(crate) fn penalties_active(&self) -> bool {
         self.penalty_last_n > 0
             && (self.repeat_penalty != 1.0
                 || self.presence_penalty != 0.0

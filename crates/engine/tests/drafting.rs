@@ -151,6 +151,29 @@ fn greedy_output_is_the_same_with_drafting_on_and_off() {
     }
 }
 
+/// Greedy decoding reads back only each row's argmax unless something needs the logits;
+/// asking for logprobs takes the logits path, which must pick the same tokens, drafted or not.
+#[test]
+fn greedy_argmax_ids_pick_the_tokens_the_logits_do() {
+    let mut plain = engine(Drafter::Off);
+    let requests = greedy_requests(&mut plain);
+    for drafter in [Drafter::Off, Drafter::Model] {
+        let mut e = engine(drafter);
+        for r in requests.iter().filter(|r| r.constraint.is_none()) {
+            let (ids, ids_text) = run(&mut e, r.clone());
+            let mut with_logprobs = r.clone();
+            with_logprobs.logprobs = Some(1);
+            let (logits, logits_text) = run(&mut e, with_logprobs);
+            assert_eq!(ids.tokens, logits.tokens, "{drafter:?}: {r:?}");
+            assert_eq!(
+                (ids_text, ids.finish),
+                (logits_text, logits.finish),
+                "{r:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_request_can_turn_drafting_off() {
     let mut e = engine(Drafter::Model);
