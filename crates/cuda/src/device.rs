@@ -1,7 +1,7 @@
 //! Opening a GPU, what the backend's handles hold, and launch shapes.
 use cudarc::driver::{sys, CudaContext, CudaSlice, DriverError, LaunchConfig};
 use ishizuki_core::{Error, Result};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::kernels::WeightKernels;
 
@@ -30,11 +30,58 @@ pub struct DevKv {
     pub plane: usize,
 }
 
-/// A forward's tokens, positions and wanted rows, in one upload.
+/// u32s of a pooled metadata buffer: n_kv, then tokens, positions and wanted rows of up to
+/// 16 rows (a decode step or a draft verification).
+pub const META_POOLED: usize = 64;
+/// Pooled metadata buffers kept.
+const META_POOL_MAX: usize = 8;
+
+/// Metadata buffers of META_POOLED u32s, handed back when their forward ends.
+#[derive(Clone, Default)]
+pub struct MetaPool(Arc<Mutex<Vec<CudaSlice<u32>>>>);
+
+impl MetaPool {
+    pub fn take(&self) -> Option<CudaSlice<u32>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+}
+
+/// A forward's n_kv, tokens, positions and wanted rows, in one upload: `[n_kv, tokens..,
+/// positions.., out_rows..]`.
 pub struct DevMeta {
-    pub data: CudaSlice<u32>,
+    data: Option<CudaSlice<u32>>,
+    /// Where `data` goes back to when the forward ends (None: freed).
+    pool: Option<MetaPool>,
     pub positions_at: usize,
     pub out_rows_at: usize,
+}
+
+impl DevMeta {
+    pub fn new(data: CudaSlice<u32>, pool: Option<MetaPool>, rows: usize) -> DevMeta {
+        DevMeta {
+            data: Some(data),
+            pool,
+            positions_at: 1 + rows,
+            out_rows_at: 1 + 2 * rows,
+        }
+    }
+
+    pub fn data(&self) -> Result<&CudaSlice<u32>> {
+        self.data
+            .as_ref()
+            .ok_or_else(|| Error::Backend("cuda: a forward's metadata is gone".into()))
+    }
+}
+
+impl Drop for DevMeta {
+    fn drop(&mut self) {
+        if let (Some(data), Some(pool)) = (self.data.take(), &self.pool) {
+            let mut free = pool.0.lock().unwrap_or_else(|e| e.into_inner());
+            if free.len() < META_POOL_MAX {
+                free.push(data);
+            }
+        }
+    }
 }
 
 pub fn cuda_err(e: DriverError) -> Error {

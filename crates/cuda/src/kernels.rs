@@ -18,7 +18,7 @@ const OPS: &str = include_str!("kernels/ops.cu");
 const ATTENTION: &str = include_str!("kernels/attention.cu");
 
 /// Weight types with CUDA kernels, with the name their entry points carry.
-pub const WEIGHT_TYPES: [(GgmlType, &str); 11] = {
+pub const WEIGHT_TYPES: [(GgmlType, &str); 16] = {
     use GgmlType::*;
     [
         (F32, "f32"),
@@ -29,9 +29,14 @@ pub const WEIGHT_TYPES: [(GgmlType, &str); 11] = {
         (Q5_0, "q5_0"),
         (Q5_1, "q5_1"),
         (Q8_0, "q8_0"),
+        (Q2_K, "q2_k"),
+        (Q3_K, "q3_k"),
         (Q4_K, "q4_k"),
         (Q5_K, "q5_k"),
         (Q6_K, "q6_k"),
+        (Q8_K, "q8_k"),
+        (IQ4_NL, "iq4_nl"),
+        (IQ4_XS, "iq4_xs"),
     ]
 };
 
@@ -46,6 +51,17 @@ pub fn weight_kernel_names(ty: GgmlType) -> Option<(String, String)> {
     Some((format!("matmul_{n}_f32_f32"), format!("embed_{n}_f32")))
 }
 
+/// `dequant_<type>_f16`: `ty` weight rows to f16 (the prefill GEMM's operand).
+pub fn dequant_name(ty: GgmlType) -> Option<String> {
+    Some(format!("dequant_{}_f16", weight_type_name(ty)?))
+}
+
+/// Weight types the prefill GEMM takes, dequantised to f16: f32 and bf16 keep the f32 kernel,
+/// their range being wider than f16's.
+pub fn f16_gemm_takes(ty: GgmlType) -> bool {
+    !matches!(ty, GgmlType::F32 | GgmlType::BF16)
+}
+
 /// Types with a few-row matmul on 8-bit activations (`matmul_q8.cu`).
 pub const Q8_ACTIVATION_TYPES: [GgmlType; 3] = [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0];
 
@@ -58,16 +74,33 @@ pub fn q8_matmul_name(ty: GgmlType) -> Option<String> {
         .then(|| format!("matmul_{n}_q8_f32"))
 }
 
+/// `matmul_glu_<type>_q8_f32`: the FFN's gated product of two `ty` weights on 8-bit
+/// activations, f32 out.
+pub fn q8_glu_name(ty: GgmlType) -> Option<String> {
+    let n = weight_type_name(ty)?;
+    Q8_ACTIVATION_TYPES
+        .contains(&ty)
+        .then(|| format!("matmul_glu_{n}_q8_f32"))
+}
+
 /// The source of `ty`'s module: the shared header, the dequantiser, the templates and their
 /// entry points for this type.
 pub fn weight_module_source(ty: GgmlType) -> Option<String> {
     let (matmul, embed) = weight_kernel_names(ty)?;
+    let dequant = dequant_name(ty)?;
     let id = ty as u32;
     let q8 = match q8_matmul_name(ty) {
         Some(name) => format!(
-            "{MATMUL_Q8}\nextern \"C\" __global__ void {name}(const u8* w, const i8* xq, \
-             const float* xd, float* out, int n_out, int n_in, int rows, u64 row_bytes) {{ \
-             matmul_q8_body<{id}>(w, xq, xd, out, n_out, n_in, rows, row_bytes); }}\n"
+            "{MATMUL_Q8}\nextern \"C\" __global__ void {name}(const u8* w0, const u8* w1, \
+             const u8* w2, float* out0, float* out1, float* out2, int n0, int n1, int n2, \
+             const i8* xq, const float* xd, int n_in, int rows, u64 row_bytes) {{ \
+             matmul_q8_body<{id}>(w0, w1, w2, out0, out1, out2, n0, n1, n2, xq, xd, n_in, rows, \
+             row_bytes); }}\n\
+             extern \"C\" __global__ void {glu}(const u8* wg, const u8* wu, const i8* xq, \
+             const float* xd, float* out, int n_out, int n_in, int rows, u64 row_bytes, \
+             int act) {{ matmul_glu_q8_body<{id}>(wg, wu, xq, xd, out, n_out, n_in, rows, \
+             row_bytes, act); }}\n",
+            glu = q8_glu_name(ty).unwrap_or_default()
         ),
         None => String::new(),
     };
@@ -77,7 +110,9 @@ pub fn weight_module_source(ty: GgmlType) -> Option<String> {
          int n_out, int n_in, int rows, u64 row_bytes) {{ \
          matmul_body<{id}>(w, x, out, n_out, n_in, rows, row_bytes); }}\n\
          extern \"C\" __global__ void {embed}(const u8* table, const u32* tokens, float* out, \
-         int n_in, u64 row_bytes) {{ embed_body<{id}>(table, tokens, out, n_in, row_bytes); }}\n"
+         int n_in, u64 row_bytes) {{ embed_body<{id}>(table, tokens, out, n_in, row_bytes); }}\n\
+         extern \"C\" __global__ void {dequant}(const u8* w, u16* out, int row0, int n_rows, \
+         int n_in, u64 row_bytes) {{ dequant_f16_body<{id}>(w, out, row0, n_rows, n_in, row_bytes); }}\n"
     ))
 }
 
@@ -99,15 +134,20 @@ pub struct OpKernels {
     pub gather_rows: CudaFunction,
     pub argmax: CudaFunction,
     pub attention: CudaFunction,
+    pub attention_merge: CudaFunction,
     pub quantize_q8: CudaFunction,
+    pub convert_f16: CudaFunction,
 }
 
 /// A weight type's entry points.
 pub struct WeightKernels {
     pub matmul: CudaFunction,
     pub embed: CudaFunction,
-    /// The few-row matmul on 8-bit activations, for the types that have one.
+    /// The few-row matmul on 8-bit activations (up to three weights a launch), for the types
+    /// that have one, and its gated pair.
     pub matmul_q8: Option<CudaFunction>,
+    pub matmul_glu_q8: Option<CudaFunction>,
+    pub dequant_f16: CudaFunction,
 }
 
 fn load(
@@ -142,7 +182,9 @@ impl OpKernels {
             gather_rows: function(&m, "gather_rows_f32")?,
             argmax: function(&m, "argmax_f32")?,
             attention: function(&m, "attention_f32_f16")?,
+            attention_merge: function(&m, "attention_merge_f32")?,
             quantize_q8: function(&m, "quantize_q8_f32_i8")?,
+            convert_f16: function(&m, "convert_f32_f16")?,
         })
     }
 }
@@ -170,10 +212,15 @@ impl WeightKernels {
         let matmul_q8 = q8_matmul_name(ty)
             .map(|name| function(&m, &name))
             .transpose()?;
+        let matmul_glu_q8 = q8_glu_name(ty)
+            .map(|name| function(&m, &name))
+            .transpose()?;
         Ok(Some(WeightKernels {
+            matmul_glu_q8,
             matmul: function(&m, &matmul)?,
             embed: function(&m, &embed)?,
             matmul_q8,
+            dequant_f16: function(&m, &dequant_name(ty).unwrap_or_default())?,
         }))
     }
 }
@@ -198,6 +245,9 @@ mod tests {
                     src.contains(&format!("matmul_q8_body<{}>", ty as u32)),
                     "{ty}"
                 );
+                let glu = q8_glu_name(ty).unwrap();
+                assert_eq!(glu, format!("matmul_glu_{name}_q8_f32"));
+                assert!(src.contains(&format!("void {glu}(")), "{ty}");
             }
             assert!(sources.insert(src), "{ty}'s module is another type's");
         }

@@ -3,13 +3,16 @@
 //! memory. A forward uploads its metadata once and reads back only what the caller asks for.
 pub mod compile;
 mod device;
+mod gemm;
 pub mod kernels;
+mod matmul;
+mod step;
 
 pub use device::{available, DeviceInfo};
 
 use compile::Target;
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
-use device::{cuda_err, launch_1d, DevBuf, DevKv, DevMeta, DevWeight};
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig};
+use device::{cuda_err, launch_1d, DevBuf, DevKv, DevMeta, DevWeight, MetaPool, META_POOLED};
 use ishizuki_core::backend::{too_small, Activation, AttnParams, NormKind, RopeKind};
 use ishizuki_core::{
     Backend, Buffer, Error, ForwardMeta, GgmlType, KvShape, KvStore, LoadedWeight, Result,
@@ -19,6 +22,7 @@ use kernels::{OpKernels, WeightKernels};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use step::{Arg, Launcher};
 
 /// Threads per block of the row-wise kernels (norms, argmax, embed, attention).
 const ROW_THREADS: u32 = 128;
@@ -30,10 +34,15 @@ const MATMUL_ROWS: usize = 8;
 const Q8_MAX_ROWS: usize = 16;
 /// Attention's head_dim bound (`attention.cu`).
 const ATTN_MAX_HEAD_DIM: usize = 256;
+/// Keys per split of few-row attention at least, and splits at most (the chunk grows with
+/// the cache's capacity, fixed for a sequence so a row's splits never depend on its batch).
+const ATTN_MIN_CHUNK: usize = 64;
+const ATTN_MAX_SPLITS: usize = 128;
 
 pub struct CudaBackend {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
+    launcher: Launcher,
     target: Target,
     cache: Option<PathBuf>,
     info: DeviceInfo,
@@ -44,6 +53,14 @@ pub struct CudaBackend {
     /// 8-bit activations of the few-row matmul, sized at load for the widest weight, so a
     /// captured step sees fixed addresses.
     q8_scratch: Mutex<Option<Q8Scratch>>,
+    /// Prefill matmuls on tensor cores through cuBLAS, where its library is there.
+    gemm: Option<gemm::Gemm>,
+    /// Metadata buffers of few-row forwards, reused so a decode step keeps its addresses.
+    meta_pool: MetaPool,
+    /// The argmax ids read back.
+    ids: Mutex<Option<CudaSlice<u32>>>,
+    /// Split-K attention's partials (grown in a step's fingerprint pass, before any capture).
+    attn_part: Mutex<Option<CudaSlice<f32>>>,
 }
 
 /// `Q8_MAX_ROWS x n_in` int8 activations and their per-32 scales.
@@ -55,15 +72,20 @@ struct Q8Scratch {
 
 impl CudaBackend {
     /// The GPU `ordinal`, its ops module compiled (or read from `cache`, a directory).
+    /// `ISHIZUKI_CUDA_GRAPHS=0` turns off the replay of captured decode steps.
     pub fn new(ordinal: usize, cache: Option<PathBuf>) -> Result<CudaBackend> {
         let (ctx, info) = device::open(ordinal)?;
-        let stream = ctx.default_stream();
+        // a stream of our own: the legacy default stream cannot be captured into a graph
+        let stream = ctx.new_stream().map_err(cuda_err)?;
         let target = Target {
             arch: info.arch,
             nvrtc: compile::nvrtc_version()?,
         };
         let ops = OpKernels::load(&ctx, &target, cache.as_deref())?;
+        let gemm = gemm::Gemm::new(stream.clone());
+        let graphs = std::env::var_os("ISHIZUKI_CUDA_GRAPHS").is_none_or(|v| v != "0");
         Ok(CudaBackend {
+            launcher: Launcher::new(stream.clone(), graphs),
             ctx,
             stream,
             target,
@@ -73,6 +95,10 @@ impl CudaBackend {
             weight_kernels: Mutex::new(HashMap::new()),
             exact: false,
             q8_scratch: Mutex::new(None),
+            gemm,
+            meta_pool: MetaPool::default(),
+            ids: Mutex::new(None),
+            attn_part: Mutex::new(None),
         })
     }
 
@@ -82,67 +108,15 @@ impl CudaBackend {
         self
     }
 
-    /// Grows the 8-bit activation scratch to hold rows of `n_in`.
-    fn reserve_q8(&self, n_in: usize) -> Result<()> {
-        let mut slot = self.q8_scratch.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.as_ref().is_some_and(|s| s.n_in >= n_in) {
-            return Ok(());
-        }
-        let q = self
-            .stream
-            .alloc_zeros::<i8>(Q8_MAX_ROWS * n_in)
-            .map_err(cuda_err)?;
-        let d = self
-            .stream
-            .alloc_zeros::<f32>(Q8_MAX_ROWS * n_in / 32)
-            .map_err(cuda_err)?;
-        *slot = Some(Q8Scratch { q, d, n_in });
-        Ok(())
+    /// Every step launched kernel by kernel (as `ISHIZUKI_CUDA_GRAPHS=0`).
+    pub fn without_graphs(mut self) -> CudaBackend {
+        self.launcher = Launcher::new(self.stream.clone(), false);
+        self
     }
 
-    /// `out = x . w^T` for `rows <= Q8_MAX_ROWS` through 8-bit activations.
-    fn matmul_q8(
-        &self,
-        f: &cudarc::driver::CudaFunction,
-        w: &LoadedWeight,
-        wp: u64,
-        x: u64,
-        rows: usize,
-        out: u64,
-    ) -> Result<()> {
-        let dw = w.get::<DevWeight>()?;
-        let slot = self.q8_scratch.lock().unwrap_or_else(|e| e.into_inner());
-        let s = slot
-            .as_ref()
-            .filter(|s| s.n_in >= w.n_in)
-            .ok_or_else(|| Error::Backend("cuda: no 8-bit activation scratch".into()))?;
-        let (qp, dp) = (self.ptr(&s.q), self.ptr(&s.d));
-        let n_blocks = (rows * w.n_in / 32) as u64;
-        let mut b = self.stream.launch_builder(&self.ops.quantize_q8);
-        b.arg(&x).arg(&qp).arg(&dp).arg(&n_blocks);
-        // SAFETY: x holds rows x n_in f32s; the scratch holds Q8_MAX_ROWS rows of n_in
-        unsafe { b.launch(launch_1d(n_blocks * 32)) }.map_err(cuda_err)?;
-        let (n_out, n_in, r, rb) = (
-            w.n_out as i32,
-            w.n_in as i32,
-            rows as i32,
-            dw.row_bytes as u64,
-        );
-        let cfg = LaunchConfig {
-            grid_dim: (
-                w.n_out.div_ceil(MATMUL_WARPS) as u32,
-                rows.div_ceil(MATMUL_ROWS) as u32,
-                1,
-            ),
-            block_dim: (32 * MATMUL_WARPS as u32, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut b = self.stream.launch_builder(f);
-        b.arg(&wp).arg(&qp).arg(&dp).arg(&out);
-        b.arg(&n_out).arg(&n_in).arg(&r).arg(&rb);
-        // SAFETY: the weight holds n_out rows of row_bytes; the scratch rows x n_in; out rows x n_out
-        unsafe { b.launch(cfg) }.map_err(cuda_err)?;
-        Ok(())
+    /// Decode steps captured as CUDA graphs, and graph launches so far.
+    pub fn graph_counts(&self) -> (usize, usize) {
+        self.launcher.graph_counts()
     }
 
     pub fn info(&self) -> &DeviceInfo {
@@ -158,19 +132,15 @@ impl CudaBackend {
     /// Device-to-device copy bandwidth in GB/s (bytes read plus bytes written) over `bytes`,
     /// the median of 5 timed copies after a warm-up.
     pub fn copy_bandwidth(&self, bytes: usize) -> Result<f64> {
+        let _hold = self.launcher.hold();
         let n = (bytes / 8).max(1 << 10);
         let src = self.stream.alloc_zeros::<u32>(n).map_err(cuda_err)?;
         let mut dst = self.stream.alloc_zeros::<u32>(n).map_err(cuda_err)?;
+        let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
         let mut times = Vec::new();
         for rep in 0..6 {
-            let start = self
-                .ctx
-                .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(cuda_err)?;
-            let end = self
-                .ctx
-                .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(cuda_err)?;
+            let start = self.ctx.new_event(flags).map_err(cuda_err)?;
+            let end = self.ctx.new_event(flags).map_err(cuda_err)?;
             start.record(&self.stream).map_err(cuda_err)?;
             self.stream.memcpy_dtod(&src, &mut dst).map_err(cuda_err)?;
             end.record(&self.stream).map_err(cuda_err)?;
@@ -185,6 +155,7 @@ impl CudaBackend {
 
     /// Waits for the queued work; a kernel's fault surfaces here.
     pub fn synchronize(&self) -> Result<()> {
+        let _hold = self.launcher.hold();
         self.stream.synchronize().map_err(cuda_err)
     }
 
@@ -218,34 +189,62 @@ impl CudaBackend {
         Ok(self.ptr(&b.get::<DevBuf>()?.0))
     }
 
-    fn meta_ptrs(&self, meta: &ForwardMeta) -> Result<(u64, u64, u64)> {
+    /// The device addresses of a forward's n_kv, tokens, positions and wanted rows.
+    fn meta_ptrs(&self, meta: &ForwardMeta) -> Result<MetaPtrs> {
         let m = meta.device::<DevMeta>()?;
-        let base = self.ptr(&m.data);
+        let base = self.ptr(m.data()?);
         let at = |i: usize| base + 4 * i as u64;
-        Ok((at(0), at(m.positions_at), at(m.out_rows_at)))
+        Ok(MetaPtrs {
+            n_kv: at(0),
+            tokens: at(1),
+            positions: at(m.positions_at),
+            out_rows: at(m.out_rows_at),
+        })
+    }
+
+    /// Launches `f` (or records it, inside a step being fingerprinted).
+    ///
+    /// # Safety
+    /// As `Launcher::launch`: `args` match `f` and cover what it touches under `cfg`.
+    unsafe fn go(&self, f: &CudaFunction, cfg: LaunchConfig, args: &[Arg]) -> Result<()> {
+        // SAFETY: the caller's contract
+        unsafe { self.launcher.launch(f, cfg, args) }
     }
 
     fn elementwise(
         &self,
-        f: &cudarc::driver::CudaFunction,
+        f: &CudaFunction,
         x: u64,
         y: Option<u64>,
         n: usize,
         s: f32,
     ) -> Result<()> {
-        let n = n as u64;
-        let mut b = self.stream.launch_builder(f);
-        b.arg(&x);
-        if let Some(y) = &y {
-            b.arg(y);
-        } else {
-            b.arg(&s);
-        }
-        b.arg(&n);
+        let second = y.map_or(Arg::F32(s), Arg::U64);
         // SAFETY: x (and y) hold n f32s, checked by the callers
-        unsafe { b.launch(launch_1d(n)) }.map_err(cuda_err)?;
-        Ok(())
+        unsafe {
+            self.go(
+                f,
+                launch_1d(n as u64),
+                &[Arg::U64(x), second, Arg::U64(n as u64)],
+            )
+        }
     }
+
+    /// A block of ROW_THREADS per row (norms, argmax, embed).
+    fn per_row(rows: usize) -> LaunchConfig {
+        LaunchConfig {
+            grid_dim: (rows as u32, 1, 1),
+            block_dim: (ROW_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+}
+
+struct MetaPtrs {
+    n_kv: u64,
+    tokens: u64,
+    positions: u64,
+    out_rows: u64,
 }
 
 impl Backend for CudaBackend {
@@ -288,6 +287,7 @@ impl Backend for CudaBackend {
         if kernels.matmul_q8.is_some() && !self.exact {
             self.reserve_q8(w.n_in)?;
         }
+        let _hold = self.launcher.hold();
         let data = self.stream.clone_htod(w.data).map_err(cuda_err)?;
         consumed(w.data);
         let bytes = w.data.len();
@@ -300,11 +300,13 @@ impl Backend for CudaBackend {
     }
 
     fn load_vector(&self, data: &[f32]) -> Result<Buffer> {
+        let _hold = self.launcher.hold();
         let s = self.stream.clone_htod(data).map_err(cuda_err)?;
         Ok(Buffer::new(data.len(), DevBuf(s)))
     }
 
     fn alloc(&self, len: usize) -> Result<Buffer> {
+        let _hold = self.launcher.hold();
         let s = self
             .stream
             .alloc_zeros::<f32>(len.max(1))
@@ -316,6 +318,7 @@ impl Backend for CudaBackend {
         let n = shape
             .n_elements()
             .ok_or_else(|| Error::Shape(format!("a KV cache of {shape:?} is too large")))?;
+        let _hold = self.launcher.hold();
         let data = self.stream.alloc_zeros::<u16>(n.max(1)).map_err(cuda_err)?;
         let plane = shape.capacity * shape.n_head_kv * shape.head_dim;
         Ok(KvStore::new(shape, 2 * n, DevKv { data, plane }))
@@ -323,63 +326,65 @@ impl Backend for CudaBackend {
 
     fn prepare(&self, meta: &mut ForwardMeta) -> Result<()> {
         self.ctx.bind_to_thread().map_err(cuda_err)?;
-        let mut host = Vec::with_capacity(meta.tokens.len() * 2 + meta.out_rows.len());
+        let rows = meta.tokens.len();
+        let n_kv = u32::try_from(meta.n_kv)
+            .map_err(|_| Error::Shape(format!("{} keys are too many", meta.n_kv)))?;
+        let mut host = Vec::with_capacity(1 + 2 * rows + meta.out_rows.len());
+        host.push(n_kv);
         host.extend_from_slice(&meta.tokens);
         host.extend_from_slice(&meta.positions);
         host.extend_from_slice(&meta.out_rows);
-        if host.is_empty() {
-            host.push(0);
-        }
-        let data = self.stream.clone_htod(&host).map_err(cuda_err)?;
-        let positions_at = meta.tokens.len();
-        let out_rows_at = positions_at + meta.positions.len();
-        meta.device = Some(Box::new(DevMeta {
-            data,
-            positions_at,
-            out_rows_at,
-        }));
+        let _hold = self.launcher.hold();
+        let dev = if host.len() <= META_POOLED {
+            let mut data = match self.meta_pool.take() {
+                Some(d) => d,
+                None => self
+                    .stream
+                    .alloc_zeros::<u32>(META_POOLED)
+                    .map_err(cuda_err)?,
+            };
+            let mut view = data.slice_mut(..host.len());
+            self.stream
+                .memcpy_htod(&host, &mut view)
+                .map_err(cuda_err)?;
+            DevMeta::new(data, Some(self.meta_pool.clone()), rows)
+        } else {
+            let data = self.stream.clone_htod(&host).map_err(cuda_err)?;
+            DevMeta::new(data, None, rows)
+        };
+        meta.device = Some(Box::new(dev));
         Ok(())
     }
 
+    fn forward_step(&self, rows: usize, record: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+        // few-row forwards launch only our kernels (no cuBLAS), so a graph can hold them
+        self.launcher.step(rows <= Q8_MAX_ROWS, record)
+    }
+
     fn matmul(&self, w: &LoadedWeight, x: &Buffer, rows: usize, out: &mut Buffer) -> Result<()> {
-        let dw = w.get::<DevWeight>()?;
-        let xp = self.buf(x, rows * w.n_in, "matmul")?;
-        let op = self.buf(out, rows * w.n_out, "matmul")?;
-        if rows == 0 {
-            return Ok(());
-        }
-        let wp = self.ptr(&dw.data);
-        if let Some(f) = dw.kernels.matmul_q8.as_ref() {
-            if !self.exact && rows <= Q8_MAX_ROWS {
-                return self.matmul_q8(f, w, wp, xp, rows, op);
-            }
-        }
-        let (n_out, n_in, r, rb) = (
-            w.n_out as i32,
-            w.n_in as i32,
-            rows as i32,
-            dw.row_bytes as u64,
-        );
-        let cfg = LaunchConfig {
-            grid_dim: (
-                w.n_out.div_ceil(MATMUL_WARPS) as u32,
-                rows.div_ceil(MATMUL_ROWS) as u32,
-                1,
-            ),
-            block_dim: (32 * MATMUL_WARPS as u32, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut b = self.stream.launch_builder(&dw.kernels.matmul);
-        b.arg(&wp)
-            .arg(&xp)
-            .arg(&op)
-            .arg(&n_out)
-            .arg(&n_in)
-            .arg(&r)
-            .arg(&rb);
-        // SAFETY: the weight holds n_out rows of row_bytes; x and out were checked above
-        unsafe { b.launch(cfg) }.map_err(cuda_err)?;
-        Ok(())
+        self.matmul_one(w, x, rows, out)
+    }
+
+    fn matmul_multi(
+        &self,
+        ws: &[&LoadedWeight],
+        x: &Buffer,
+        rows: usize,
+        outs: &mut [&mut Buffer],
+    ) -> Result<()> {
+        self.matmul_many(ws, x, rows, outs)
+    }
+
+    fn matmul_glu(
+        &self,
+        ws: [&LoadedWeight; 2],
+        x: &Buffer,
+        rows: usize,
+        gate: &mut Buffer,
+        up: &mut Buffer,
+        act: Activation,
+    ) -> Result<()> {
+        self.matmul_gated(ws, x, rows, gate, up, act)
     }
 
     fn embed(&self, table: &LoadedWeight, meta: &ForwardMeta, out: &mut Buffer) -> Result<()> {
@@ -395,18 +400,16 @@ impl Backend for CudaBackend {
         if rows == 0 {
             return Ok(());
         }
-        let (tokens, _, _) = self.meta_ptrs(meta)?;
-        let (wp, n_in, rb) = (self.ptr(&dw.data), table.n_in as i32, dw.row_bytes as u64);
-        let cfg = LaunchConfig {
-            grid_dim: (rows as u32, 1, 1),
-            block_dim: (ROW_THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut b = self.stream.launch_builder(&dw.kernels.embed);
-        b.arg(&wp).arg(&tokens).arg(&op).arg(&n_in).arg(&rb);
+        let m = self.meta_ptrs(meta)?;
+        let args = [
+            Arg::U64(self.ptr(&dw.data)),
+            Arg::U64(m.tokens),
+            Arg::U64(op),
+            Arg::I32(table.n_in as i32),
+            Arg::U64(dw.row_bytes as u64),
+        ];
         // SAFETY: every token is a row of the table (checked); out holds rows x n_in
-        unsafe { b.launch(cfg) }.map_err(cuda_err)?;
-        Ok(())
+        unsafe { self.go(&dw.kernels.embed, Self::per_row(rows), &args) }
     }
 
     fn rms_norm(
@@ -443,11 +446,9 @@ impl Backend for CudaBackend {
         let (width, n) = (bias.len() as i32, (rows * bias.len()) as u64);
         let xp = self.buf(x, n as usize, "add_bias")?;
         let bp = self.buf(bias, bias.len(), "add_bias")?;
-        let mut b = self.stream.launch_builder(&self.ops.add_bias);
-        b.arg(&xp).arg(&bp).arg(&width).arg(&n);
+        let args = [Arg::U64(xp), Arg::U64(bp), Arg::I32(width), Arg::U64(n)];
         // SAFETY: x holds rows x width, the bias width
-        unsafe { b.launch(launch_1d(n)) }.map_err(cuda_err)?;
-        Ok(())
+        unsafe { self.go(&self.ops.add_bias, launch_1d(n), &args) }
     }
 
     fn add(&self, x: &mut Buffer, y: &Buffer, n: usize) -> Result<()> {
@@ -478,26 +479,20 @@ impl Backend for CudaBackend {
     ) -> Result<()> {
         let rows = meta.rows();
         let xp = self.buf(x, rows * n_head * head_dim, "rope")?;
-        let (_, positions, _) = self.meta_ptrs(meta)?;
+        let m = self.meta_ptrs(meta)?;
         let total = (rows * n_head * head_dim / 2) as u64;
-        let (r, h, d, neox) = (
-            rows as i32,
-            n_head as i32,
-            head_dim as i32,
-            (kind == RopeKind::Neox) as i32,
-        );
-        let mut b = self.stream.launch_builder(&self.ops.rope);
-        b.arg(&xp)
-            .arg(&positions)
-            .arg(&r)
-            .arg(&h)
-            .arg(&d)
-            .arg(&theta)
-            .arg(&freq_scale)
-            .arg(&neox);
+        let args = [
+            Arg::U64(xp),
+            Arg::U64(m.positions),
+            Arg::I32(rows as i32),
+            Arg::I32(n_head as i32),
+            Arg::I32(head_dim as i32),
+            Arg::F32(theta),
+            Arg::F32(freq_scale),
+            Arg::I32((kind == RopeKind::Neox) as i32),
+        ];
         // SAFETY: x holds rows x n_head x head_dim; positions holds rows entries
-        unsafe { b.launch(launch_1d(total)) }.map_err(cuda_err)?;
-        Ok(())
+        unsafe { self.go(&self.ops.rope, launch_1d(total), &args) }
     }
 
     fn write_kv(
@@ -515,19 +510,18 @@ impl Backend for CudaBackend {
         let kp = self.buf(k, rows * width, "write_kv")?;
         let vp = self.buf(v, rows * width, "write_kv")?;
         let (k_plane, v_plane) = self.planes(kv.get::<DevKv>()?, layer);
-        let (_, positions, _) = self.meta_ptrs(meta)?;
-        let (r, w) = (rows as i32, width as i32);
-        let mut b = self.stream.launch_builder(&self.ops.write_kv);
-        b.arg(&k_plane)
-            .arg(&v_plane)
-            .arg(&kp)
-            .arg(&vp)
-            .arg(&positions)
-            .arg(&r)
-            .arg(&w);
+        let m = self.meta_ptrs(meta)?;
+        let args = [
+            Arg::U64(k_plane),
+            Arg::U64(v_plane),
+            Arg::U64(kp),
+            Arg::U64(vp),
+            Arg::U64(m.positions),
+            Arg::I32(rows as i32),
+            Arg::I32(width as i32),
+        ];
         // SAFETY: every position is below the capacity (checked); k and v hold rows x width
-        unsafe { b.launch(launch_1d((rows * width) as u64)) }.map_err(cuda_err)?;
-        Ok(())
+        unsafe { self.go(&self.ops.write_kv, launch_1d((rows * width) as u64), &args) }
     }
 
     fn attention(
@@ -564,43 +558,77 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         let (k_plane, v_plane) = self.planes(kv.get::<DevKv>()?, layer);
-        let (_, positions, _) = self.meta_ptrs(meta)?;
-        let n_kv = meta.n_kv.min(shape.capacity) as i32;
-        let (nh, nkv, hd) = (p.n_head as i32, p.n_head_kv as i32, p.head_dim as i32);
+        let m = self.meta_ptrs(meta)?;
+        let n_kv = meta.n_kv.min(shape.capacity);
+        // few rows split the keys (decode is one block per head otherwise); prefill has rows
+        let (chunk, splits) = if rows <= Q8_MAX_ROWS {
+            let chunk =
+                ATTN_MIN_CHUNK.max(shape.capacity.div_ceil(ATTN_MAX_SPLITS).next_power_of_two());
+            (chunk, n_kv.div_ceil(chunk).max(1))
+        } else {
+            (shape.capacity, 1)
+        };
+        let part = if splits > 1 {
+            self.attn_partials(splits * rows * p.n_head * (p.head_dim + 2))?
+        } else {
+            op
+        };
         let window = p.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
-        let softcap = p.softcap.unwrap_or(0.0);
+        let args = [
+            Arg::U64(qp),
+            Arg::U64(k_plane),
+            Arg::U64(v_plane),
+            Arg::U64(op),
+            Arg::U64(part),
+            Arg::U64(m.positions),
+            Arg::U64(m.n_kv),
+            Arg::I32(shape.capacity.min(i32::MAX as usize) as i32),
+            Arg::I32(p.n_head as i32),
+            Arg::I32(p.n_head_kv as i32),
+            Arg::I32(p.head_dim as i32),
+            Arg::F32(p.scale),
+            Arg::I32(window),
+            Arg::F32(p.softcap.unwrap_or(0.0)),
+            Arg::I32(chunk.min(i32::MAX as usize) as i32),
+        ];
+        let cfg = LaunchConfig {
+            grid_dim: (p.n_head as u32, rows as u32, splits as u32),
+            block_dim: (ROW_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: shapes checked against the cache and the buffers above; part holds splits x
+        // rows x n_head x (head_dim + 2)
+        unsafe { self.go(&self.ops.attention, cfg, &args)? };
+        if splits == 1 {
+            return Ok(());
+        }
+        let args = [
+            Arg::U64(part),
+            Arg::U64(op),
+            Arg::I32(p.n_head as i32),
+            Arg::I32(p.head_dim as i32),
+            Arg::I32(splits as i32),
+        ];
         let cfg = LaunchConfig {
             grid_dim: (p.n_head as u32, rows as u32, 1),
             block_dim: (ROW_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut b = self.stream.launch_builder(&self.ops.attention);
-        b.arg(&qp)
-            .arg(&k_plane)
-            .arg(&v_plane)
-            .arg(&op)
-            .arg(&positions)
-            .arg(&n_kv);
-        b.arg(&nh)
-            .arg(&nkv)
-            .arg(&hd)
-            .arg(&p.scale)
-            .arg(&window)
-            .arg(&softcap);
-        // SAFETY: shapes checked against the cache and the buffers above
-        unsafe { b.launch(cfg) }.map_err(cuda_err)?;
-        Ok(())
+        // SAFETY: part holds the splits' partials written above; out rows x n_head x head_dim
+        unsafe { self.go(&self.ops.attention_merge, cfg, &args) }
     }
 
     fn glu(&self, gate: &mut Buffer, up: &Buffer, n: usize, act: Activation) -> Result<()> {
         let gp = self.buf(gate, n, "glu")?;
         let upp = self.buf(up, n, "glu")?;
-        let (n64, a) = (n as u64, matches!(act, Activation::GeGluTanh) as i32);
-        let mut b = self.stream.launch_builder(&self.ops.glu);
-        b.arg(&gp).arg(&upp).arg(&n64).arg(&a);
+        let args = [
+            Arg::U64(gp),
+            Arg::U64(upp),
+            Arg::U64(n as u64),
+            Arg::I32(matches!(act, Activation::GeGluTanh) as i32),
+        ];
         // SAFETY: both hold n f32s
-        unsafe { b.launch(launch_1d(n64)) }.map_err(cuda_err)?;
-        Ok(())
+        unsafe { self.go(&self.ops.glu, launch_1d(n as u64), &args) }
     }
 
     fn gather_rows(
@@ -622,27 +650,37 @@ impl Backend for CudaBackend {
         if n == 0 {
             return Ok(());
         }
-        let (_, _, which) = self.meta_ptrs(meta)?;
-        let (n32, w) = (n as i32, width as i32);
-        let mut b = self.stream.launch_builder(&self.ops.gather_rows);
-        b.arg(&sp).arg(&dp).arg(&which).arg(&n32).arg(&w);
+        let m = self.meta_ptrs(meta)?;
+        let args = [
+            Arg::U64(sp),
+            Arg::U64(dp),
+            Arg::U64(m.out_rows),
+            Arg::I32(n as i32),
+            Arg::I32(width as i32),
+        ];
         // SAFETY: every row index is below the forward's rows (checked)
-        unsafe { b.launch(launch_1d((n * width) as u64)) }.map_err(cuda_err)?;
-        Ok(())
+        unsafe { self.go(&self.ops.gather_rows, launch_1d((n * width) as u64), &args) }
     }
 
     fn read(&self, x: &Buffer, out: &mut [f32]) -> Result<()> {
         if x.len() < out.len() {
             return Err(too_small("read", out.len(), x.len()));
         }
+        if self.launcher.note_host_read() {
+            // a dump inside a step being fingerprinted: the step then runs launch by launch
+            return Err(Error::Backend(
+                "cuda: a host read inside a recorded step".into(),
+            ));
+        }
         let s = &x.get::<DevBuf>()?.0;
         if out.is_empty() {
             return Ok(());
         }
+        let _hold = self.launcher.hold();
         self.stream
             .memcpy_dtoh(&s.slice(..out.len()), out)
             .map_err(cuda_err)?;
-        self.synchronize()
+        self.stream.synchronize().map_err(cuda_err)
     }
 
     fn argmax(&self, x: &Buffer, rows: usize, width: usize) -> Result<Vec<u32>> {
@@ -650,20 +688,26 @@ impl Backend for CudaBackend {
         if rows == 0 {
             return Ok(Vec::new());
         }
-        let ids = self.stream.alloc_zeros::<u32>(rows).map_err(cuda_err)?;
-        let (idp, w) = (self.ptr(&ids), width as i32);
-        let cfg = LaunchConfig {
-            grid_dim: (rows as u32, 1, 1),
-            block_dim: (ROW_THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut b = self.stream.launch_builder(&self.ops.argmax);
-        b.arg(&xp).arg(&idp).arg(&w);
-        // SAFETY: x holds rows x width; ids holds rows
-        unsafe { b.launch(cfg) }.map_err(cuda_err)?;
+        let mut slot = self.ids.lock().unwrap_or_else(|e| e.into_inner());
+        let _hold = self.launcher.hold();
+        if slot.as_ref().is_none_or(|s| s.len() < rows) {
+            *slot = Some(self.stream.alloc_zeros::<u32>(rows).map_err(cuda_err)?);
+        }
+        let ids = slot.as_ref().expect("just allocated");
+        let args = [
+            Arg::U64(xp),
+            Arg::U64(self.ptr(ids)),
+            Arg::I32(width as i32),
+        ];
+        drop(_hold);
+        // SAFETY: x holds rows x width; ids holds at least rows
+        unsafe { self.go(&self.ops.argmax, Self::per_row(rows), &args)? };
         let mut out = vec![0u32; rows];
-        self.stream.memcpy_dtoh(&ids, &mut out).map_err(cuda_err)?;
-        self.synchronize()?;
+        let _hold = self.launcher.hold();
+        self.stream
+            .memcpy_dtoh(&ids.slice(..rows), &mut out)
+            .map_err(cuda_err)?;
+        self.stream.synchronize().map_err(cuda_err)?;
         Ok(out)
     }
 }
@@ -684,23 +728,28 @@ impl CudaBackend {
             return Ok(());
         }
         let wp = self.buf(w, w.len(), "rms_norm")?;
-        let (width, plus_one) = (w.len() as i32, (kind == NormKind::RmsPlusOne) as i32);
-        let cfg = LaunchConfig {
-            grid_dim: (rows as u32, 1, 1),
-            block_dim: (ROW_THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut b = self.stream.launch_builder(&self.ops.rms_norm);
-        b.arg(&x)
-            .arg(&delta)
-            .arg(&out)
-            .arg(&wp)
-            .arg(&width)
-            .arg(&eps)
-            .arg(&plus_one);
+        let args = [
+            Arg::U64(x),
+            Arg::U64(delta),
+            Arg::U64(out),
+            Arg::U64(wp),
+            Arg::I32(w.len() as i32),
+            Arg::F32(eps),
+            Arg::I32((kind == NormKind::RmsPlusOne) as i32),
+        ];
         // SAFETY: x, delta and out hold rows x width (checked by the callers)
-        unsafe { b.launch(cfg) }.map_err(cuda_err)?;
-        Ok(())
+        unsafe { self.go(&self.ops.rms_norm, Self::per_row(rows), &args) }
+    }
+
+    /// The split-K partials' address, grown to `n` f32s.
+    fn attn_partials(&self, n: usize) -> Result<u64> {
+        let mut slot = self.attn_part.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.as_ref().is_none_or(|s| s.len() < n) {
+            let _hold = self.launcher.hold();
+            *slot = None;
+            *slot = Some(self.stream.alloc_zeros::<f32>(n).map_err(cuda_err)?);
+        }
+        Ok(self.ptr(slot.as_ref().expect("just allocated")))
     }
 
     /// `layer`'s K and V planes, `(capacity, n_head_kv * head_dim)` f16 each.

@@ -146,11 +146,12 @@ fn verification_rows_equal_one_row_decodes_and_argmax_is_the_logits() {
     for arch in ["llama", "gemma3"] {
         let (model, _) = fixture(arch, be.clone());
         let n_vocab = model.config.n_vocab as u32;
-        let prompt: Vec<u32> = (0..23).map(|i| (7 + i * 13) % n_vocab).collect();
+        // past one split of attention's keys (64), so rows and one-row decodes split alike
+        let prompt: Vec<u32> = (0..100).map(|i| (7 + i * 13) % n_vocab).collect();
         let next: Vec<u32> = (0..16).map(|i| (3 + i * 29) % n_vocab).collect();
         let rows = model.backend().verify_rows().min(next.len());
         assert_eq!(rows, 16);
-        let mut cache = model.new_cache(64).unwrap();
+        let mut cache = model.new_cache(160).unwrap();
         model.forward(&prompt, &mut cache, Logits::None).unwrap();
         let alone: Vec<f32> = next
             .iter()
@@ -175,4 +176,57 @@ fn verification_rows_equal_one_row_decodes_and_argmax_is_the_logits() {
             assert_eq!(ids, want, "{arch}: device argmax of {k} rows");
         }
     }
+}
+
+/// Decode steps replayed as captured graphs give the bits of the same steps launched kernel by
+/// kernel: two sequences interleaved (each its own KV planes, so its own graphs), a truncate
+/// and refill, and verification rows.
+#[test]
+fn graph_replays_equal_kernel_by_kernel_steps() {
+    if gpu().is_none() {
+        return;
+    }
+    let cache_dir = std::env::var_os("ISHIZUKI_CUDA_CACHE").map(Into::into);
+    let graphs = Arc::new(CudaBackend::new(0, cache_dir.clone()).unwrap());
+    let plain: Arc<dyn Backend> =
+        Arc::new(CudaBackend::new(0, cache_dir).unwrap().without_graphs());
+    let run = |be: Arc<dyn Backend>| -> Vec<f32> {
+        let (model, _) = fixture("llama", be);
+        let n_vocab = model.config.n_vocab as u32;
+        let mut out = Vec::new();
+        let (mut a, mut b) = (model.new_cache(64).unwrap(), model.new_cache(64).unwrap());
+        model
+            .forward(&[1, 2, 3, 4, 5], &mut a, Logits::None)
+            .unwrap();
+        model.forward(&[9, 8, 7], &mut b, Logits::None).unwrap();
+        for i in 0..12u32 {
+            out.extend(
+                model
+                    .forward(&[(i * 17) % n_vocab], &mut a, Logits::Last)
+                    .unwrap(),
+            );
+            out.extend(
+                model
+                    .forward(&[(i * 5 + 1) % n_vocab], &mut b, Logits::Last)
+                    .unwrap(),
+            );
+            if i == 6 {
+                a.truncate(4);
+            }
+        }
+        out.extend(model.forward(&[3, 1, 4, 1], &mut a, Logits::All).unwrap());
+        out
+    };
+    let replayed = run(graphs.clone());
+    let (captured, launches) = graphs.graph_counts();
+    assert!(captured >= 2, "{captured} graphs captured");
+    // each sequence: its first step launched, its second captured, the other ten replayed
+    assert!(launches >= 22, "{launches} graph launches");
+    let launched = run(plain);
+    assert_eq!(replayed.len(), launched.len());
+    let same = replayed
+        .iter()
+        .zip(&launched)
+        .all(|(x, y)| x.to_bits() == y.to_bits());
+    assert!(same, "graph replays differ from kernel-by-kernel steps");
 }

@@ -8,7 +8,7 @@ use ishizuki_core::{
     Backend, Buffer, ForwardMeta, GgmlType, KvShape, LoadedWeight, WeightRole, WeightSource,
 };
 use ishizuki_cpu::CpuBackend;
-use ishizuki_cuda::kernels::{Q8_ACTIVATION_TYPES, WEIGHT_TYPES};
+use ishizuki_cuda::kernels::{f16_gemm_takes, Q8_ACTIVATION_TYPES, WEIGHT_TYPES};
 use ishizuki_cuda::CudaBackend;
 use std::sync::{Arc, OnceLock};
 
@@ -75,26 +75,42 @@ fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f64) {
 }
 
 /// `n_out x n_in` weights of `ty`: quantized random values, or for a type without a quantizer
-/// random bytes whose f16 scales are set to sane values.
+/// random bytes whose f16 scales (and mins) are set to sane values.
 fn weights(ty: GgmlType, n_out: usize, n_in: usize, rng: &mut Rng) -> Vec<u8> {
     let row_bytes = ty.row_bytes(n_in as u64).unwrap() as usize;
     let mut out = vec![0u8; row_bytes * n_out];
+    // each block's f16 scale and min offsets (None: no min)
+    let (scale_at, min_at) = match ty {
+        GgmlType::Q5_K => (0, Some(2)),
+        GgmlType::Q2_K => (80, Some(82)),
+        GgmlType::Q3_K => (108, None),
+        GgmlType::IQ4_NL | GgmlType::IQ4_XS => (0, None),
+        _ => (0, None),
+    };
     for row in out.chunks_mut(row_bytes) {
         let src = rng.vec(n_in);
         if quantize_row(ty, &src, row).is_ok() {
             continue;
         }
-        assert_eq!(
-            ty,
+        let recipe = [
             GgmlType::Q5_K,
+            GgmlType::Q2_K,
+            GgmlType::Q3_K,
+            GgmlType::IQ4_NL,
+            GgmlType::IQ4_XS,
+        ];
+        assert!(
+            recipe.contains(&ty),
             "{ty} has no quantizer and no recipe here"
         );
-        for block in row.chunks_mut(176) {
+        for block in row.chunks_mut(ty.type_size()) {
             block.iter_mut().for_each(|b| *b = rng.next() as u8);
             let d = half::f16::from_f32(0.01 + 0.01 * rng.f32().abs());
-            let m = half::f16::from_f32(0.005 * rng.f32().abs());
-            block[..2].copy_from_slice(&d.to_le_bytes());
-            block[2..4].copy_from_slice(&m.to_le_bytes());
+            block[scale_at..scale_at + 2].copy_from_slice(&d.to_le_bytes());
+            if let Some(at) = min_at {
+                let m = half::f16::from_f32(0.005 * rng.f32().abs());
+                block[at..at + 2].copy_from_slice(&m.to_le_bytes());
+            }
         }
     }
     out
@@ -135,6 +151,8 @@ fn both(
 
 /// NMSE of 8-bit activations (a uniform rounding step of amax / 127 per 32 values) is ~2e-5.
 const Q8_ACTIVATION_NMSE: f64 = 1e-4;
+/// Prefill rows in fast mode: f16 operands (11-bit mantissas) into an f32-accumulated GEMM.
+const F16_GEMM_NMSE: f64 = 1e-5;
 
 #[test]
 fn matmul_and_embed_match_the_cpu_for_every_weight_type() {
@@ -168,6 +186,8 @@ fn matmul_and_embed_match_the_cpu_for_every_weight_type() {
                     };
                     let tol = if q8 && rows <= 16 {
                         Q8_ACTIVATION_NMSE
+                    } else if !is_exact && rows > 16 && f16_gemm_takes(ty) {
+                        F16_GEMM_NMSE
                     } else {
                         1e-10
                     };
@@ -230,10 +250,136 @@ fn a_row_gives_the_same_bits_in_any_verification_batch() {
     }
 }
 
+/// q, k and v of mixed types (two share a launch, one runs alone), a group longer than one
+/// launch takes, and a type without 8-bit kernels: each output as the CPU's matmul, and on
+/// CUDA the same bits as a matmul of its own.
+#[test]
+fn matmuls_of_one_input_match_the_cpu_and_their_own_matmul() {
+    let Some(cuda) = gpu() else { return };
+    let cpu = CpuBackend::exact(2);
+    let mut rng = Rng(31);
+    let n_in = 512;
+    use GgmlType::*;
+    let sets: [&[(GgmlType, usize)]; 3] = [
+        &[(Q4_K, 96), (Q4_K, 40), (Q6_K, 40)],
+        &[(Q8_0, 8), (Q8_0, 24), (Q8_0, 16), (Q8_0, 8)],
+        &[(Q5_0, 32), (Q4_K, 16)],
+    ];
+    for set in sets {
+        let bytes: Vec<_> = set
+            .iter()
+            .map(|&(ty, n)| Arc::new(weights(ty, n, n_in, &mut rng)))
+            .collect();
+        let on = |be: &dyn Backend| -> Vec<LoadedWeight> {
+            set.iter()
+                .zip(&bytes)
+                .map(|(&(ty, n), b)| load(be, ty, n, n_in, b))
+                .collect()
+        };
+        let (wg, wc) = (on(cuda), on(&cpu));
+        for rows in ROWS {
+            let x = rng.vec(rows * n_in);
+            let multi = |be: &dyn Backend, ws: &[LoadedWeight]| -> Vec<Vec<f32>> {
+                let xb = be.load_vector(&x).unwrap();
+                let mut outs: Vec<Buffer> = ws
+                    .iter()
+                    .map(|w| be.alloc(rows * w.n_out).unwrap())
+                    .collect();
+                let refs: Vec<&LoadedWeight> = ws.iter().collect();
+                let mut outs_mut: Vec<&mut Buffer> = outs.iter_mut().collect();
+                be.matmul_multi(&refs, &xb, rows, &mut outs_mut).unwrap();
+                outs.iter()
+                    .zip(ws)
+                    .map(|(o, w)| host(be, o, rows * w.n_out))
+                    .collect()
+            };
+            let (got, want) = (multi(cuda, &wg), multi(&cpu, &wc));
+            for (i, w) in wg.iter().enumerate() {
+                let what = format!("matmul_multi {} of {set:?}, rows {rows}", w.ty);
+                let tol = if rows <= 16 {
+                    Q8_ACTIVATION_NMSE
+                } else {
+                    F16_GEMM_NMSE
+                };
+                assert_close(&what, &got[i], &want[i], tol);
+                let xb = cuda.load_vector(&x).unwrap();
+                let mut out = cuda.alloc(rows * w.n_out).unwrap();
+                cuda.matmul(w, &xb, rows, &mut out).unwrap();
+                assert_eq!(
+                    got[i],
+                    host(cuda, &out, rows * w.n_out),
+                    "{what}: own matmul"
+                );
+            }
+        }
+    }
+}
+
+/// The gated pair: the one-kernel 8-bit path and the fallback (a type without it) against the
+/// CPU's matmul_glu, and against CUDA's two matmuls then glu.
+#[test]
+fn the_gated_pair_matches_the_cpu_and_the_unfused_ops() {
+    let Some(cuda) = gpu() else { return };
+    let cpu = CpuBackend::exact(2);
+    let mut rng = Rng(57);
+    let (n_out, n_in) = (72, 512);
+    for ty in [
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+        GgmlType::Q8_0,
+        GgmlType::Q5_0,
+    ] {
+        let (bg, bu) = (
+            Arc::new(weights(ty, n_out, n_in, &mut rng)),
+            Arc::new(weights(ty, n_out, n_in, &mut rng)),
+        );
+        let (gc, uc) = (
+            load(&cpu, ty, n_out, n_in, &bg),
+            load(&cpu, ty, n_out, n_in, &bu),
+        );
+        let (gg, ug) = (
+            load(cuda, ty, n_out, n_in, &bg),
+            load(cuda, ty, n_out, n_in, &bu),
+        );
+        for act in [Activation::SwiGlu, Activation::GeGluTanh] {
+            for rows in ROWS {
+                let x = rng.vec(rows * n_in);
+                let n = rows * n_out;
+                let fused = |be: &dyn Backend, g: &LoadedWeight, u: &LoadedWeight| {
+                    let xb = be.load_vector(&x).unwrap();
+                    let (mut gate, mut up) = (be.alloc(n).unwrap(), be.alloc(n).unwrap());
+                    be.matmul_glu([g, u], &xb, rows, &mut gate, &mut up, act)
+                        .unwrap();
+                    host(be, &gate, n)
+                };
+                let got = fused(cuda, &gg, &ug);
+                let what = format!("matmul_glu {ty} {act:?} rows {rows}");
+                let tol = if rows <= 16 {
+                    2.0 * Q8_ACTIVATION_NMSE
+                } else {
+                    2.0 * F16_GEMM_NMSE
+                };
+                assert_close(&what, &got, &fused(&cpu, &gc, &uc), tol);
+                let xb = cuda.load_vector(&x).unwrap();
+                let (mut gate, mut up) = (cuda.alloc(n).unwrap(), cuda.alloc(n).unwrap());
+                cuda.matmul(&gg, &xb, rows, &mut gate).unwrap();
+                cuda.matmul(&ug, &xb, rows, &mut up).unwrap();
+                cuda.glu(&mut gate, &up, n, act).unwrap();
+                assert_close(
+                    &format!("{what}: unfused"),
+                    &got,
+                    &host(cuda, &gate, n),
+                    1e-12,
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn an_unsupported_weight_type_fails_at_load_naming_the_tensor() {
     let Some(cuda) = gpu() else { return };
-    let ty = GgmlType::IQ4_XS;
+    let ty = GgmlType::IQ2_XXS;
     let bytes = Arc::new(vec![0u8; ty.row_bytes(256).unwrap() as usize * 4]);
     let src = WeightSource {
         name: "blk.0.ffn_down.weight",
@@ -242,7 +388,7 @@ fn an_unsupported_weight_type_fails_at_load_naming_the_tensor() {
         role: WeightRole::MATMUL,
     };
     let Err(err) = cuda.load_weight(&src, &mut |_| {}) else {
-        panic!("IQ4_XS loaded on CUDA")
+        panic!("IQ2_XXS loaded on CUDA")
     };
     assert!(err.to_string().contains("blk.0.ffn_down.weight"), "{err}");
 }

@@ -8,10 +8,29 @@
 #define T_Q5_0 6
 #define T_Q5_1 7
 #define T_Q8_0 8
+#define T_Q2_K 10
+#define T_Q3_K 11
 #define T_Q4_K 12
 #define T_Q5_K 13
 #define T_Q6_K 14
+#define T_Q8_K 15
+#define T_IQ4_NL 20
+#define T_IQ4_XS 23
 #define T_BF16 30
+
+// kvalues_iq4nl (ggml-common.h): the levels IQ4_NL and IQ4_XS nibbles index
+__constant__ signed char IQ4NL_LEVELS[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                             1,    13,   25,  38,  53,  69,  89,  113};
+
+// the 32 values of one IQ4_NL group of scale d: element j in the low nibble of qs[j], j + 16 in
+// the high one
+__device__ __forceinline__ void iq4_group(const u8* qs, float d, float* v) {
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        v[j] = d * IQ4NL_LEVELS[qs[j] & 0xF];
+        v[j + 16] = d * IQ4NL_LEVELS[qs[j] >> 4];
+    }
+}
 
 // Q4_K / Q5_K 6-bit scale and min of sub-block j (0..8) from the 12 packed bytes
 __device__ __forceinline__ void scale_min_k4(int j, const u8* q, float* sc, float* m) {
@@ -107,6 +126,53 @@ __device__ __forceinline__ void dq_sub(const u8* row, int s, float* v) {
             int x = ((q[l] >> shift) & 0xF) | (((qh[l] >> t) & 1) << 4);
             v[l] = d * x - m;
         }
+    } else if constexpr (TY == T_Q2_K || TY == T_Q3_K) {
+        // 16-element groups i = 2t + h of the block: quants bits 2j of qs[32n + 16h + l] with
+        // n = t / 4, j = t % 4 (Q3_K: high bit 4n + j of hmask[16h + l], else minus 4)
+        const int B = TY == T_Q2_K ? 84 : 110, QS = TY == T_Q2_K ? 16 : 32;
+        const u8* b = row + B * (s / 8);
+        int t = s % 8, n = t / 4, j = t % 4;
+        float d = ld_f16(b + (TY == T_Q2_K ? 80 : 108));
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int i = 2 * t + h;
+            const u8* q = b + QS + 32 * n + 16 * h;
+            if constexpr (TY == T_Q2_K) {
+                u8 sc = b[i];
+                float dl = d * (sc & 0xF), ml = ld_f16(b + 82) * (sc >> 4);
+#pragma unroll
+                for (int l = 0; l < 16; l++) v[16 * h + l] = dl * ((q[l] >> (2 * j)) & 3) - ml;
+            } else {
+                const u8* sc = b + 96;
+                int low = i < 8 ? sc[i] & 0xF : sc[i - 8] >> 4;
+                int high = (sc[8 + i % 4] >> (2 * (i / 4))) & 3;
+                float dl = d * ((low | (high << 4)) - 32);
+                const u8* hm = b + 16 * h;
+                int bit = 1 << (4 * n + j);
+#pragma unroll
+                for (int l = 0; l < 16; l++) {
+                    int x = ((q[l] >> (2 * j)) & 3) - ((hm[l] & bit) ? 0 : 4);
+                    v[16 * h + l] = dl * x;
+                }
+            }
+        }
+    } else if constexpr (TY == T_Q8_K) {
+        // block: d (f32), qs[256], bsums
+        const u8* b = row + 292 * (s / 8);
+        float d = __uint_as_float(ld_u32(b));
+        const i8* q = (const i8*)(b + 4) + 32 * (s % 8);
+#pragma unroll
+        for (int l = 0; l < 32; l++) v[l] = d * q[l];
+    } else if constexpr (TY == T_IQ4_NL) {
+        const u8* b = row + 18 * s;
+        iq4_group(b + 2, ld_f16(b), v);
+    } else if constexpr (TY == T_IQ4_XS) {
+        // block: d, scales_h (u16), scales_l[4], qs[128]; sub-block ib's 6-bit scale minus 32
+        const u8* b = row + 136 * (s / 8);
+        int ib = s % 8;
+        int low = (b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF;
+        int high = (ld_u16(b + 2) >> (2 * ib)) & 3;
+        iq4_group(b + 8 + 16 * ib, ld_f16(b) * ((low | (high << 4)) - 32), v);
     } else if constexpr (TY == T_Q6_K) {
         // block: ql[128], qh[64], scales[16] (i8), d; halves of 128, quarters of 32
         const u8* b = row + 210 * (s / 8);

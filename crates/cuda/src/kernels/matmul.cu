@@ -60,3 +60,30 @@ __device__ void embed_body(const u8* __restrict__ table, const u32* __restrict__
         for (int i = 0; i < 32; i++) out[(u64)r * n_in + 32 * s + i] = v[i];
     }
 }
+
+// rows [row0, row0 + n_rows) of the weight, dequantised to f16 into out (n_rows, n_in): a thread
+// per 32-element sub-block (the prefill GEMM's operand).
+template <int TY>
+__device__ void dequant_f16_body(const u8* __restrict__ w, u16* __restrict__ out, int row0,
+                                 int n_rows, int n_in, u64 row_bytes) {
+    int n_sub = n_in / 32;
+    u64 total = (u64)n_rows * n_sub;
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < total;
+         i += (u64)gridDim.x * blockDim.x) {
+        int r = (int)(i / n_sub), s = (int)(i % n_sub);
+        float v[32];
+        dq_sub<TY>(w + (u64)(row0 + r) * row_bytes, s, v);
+        // 64 contiguous bytes as four 16-byte stores
+        uint4* o = (uint4*)(out + (u64)r * n_in + 32 * s);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float* e = v + 8 * j;
+            uint4 q;
+            q.x = (u32)f32_to_f16(e[0]) | ((u32)f32_to_f16(e[1]) << 16);
+            q.y = (u32)f32_to_f16(e[2]) | ((u32)f32_to_f16(e[3]) << 16);
+            q.z = (u32)f32_to_f16(e[4]) | ((u32)f32_to_f16(e[5]) << 16);
+            q.w = (u32)f32_to_f16(e[6]) | ((u32)f32_to_f16(e[7]) << 16);
+            o[j] = q;
+        }
+    }
+}

@@ -16,26 +16,52 @@ __device__ __forceinline__ int ld_i32_a2(const u8* p) {
 
 __device__ __forceinline__ int ld_i32_a4(const u8* p) { return *(const int*)p; }
 
-// Q4_K super-block (144 B): lane l takes qs word l: nibbles of sub-blocks 2p and 2p+1
-// (p = l / 8), elements 4 (l % 8) .. +3 of each.
+// byte k (0..3) of w
+__device__ __forceinline__ u32 byte_of(u32 w, int k) { return (w >> (8 * k)) & 0xFF; }
+
+// Q4_K super-blocks (144 B, 16-byte aligned: rows are whole blocks), four a warp step: lanes
+// 8k .. 8k + 7 take block k, lane chunk c = lane % 8 its qs bytes 16c .. 16c + 15 (one 16-byte
+// load): elements 16 (c % 2) .. +15 of sub-blocks 2p (low nibbles) and 2p + 1 (high), p = c / 2.
+// The block's 16-byte header (d, dmin, 6-bit scales and mins) is one load too.
 __device__ __forceinline__ void q4_k_lane(const u8* b, int lane, const i8* xq, const float* xd,
                                           int rows, int n_in, float* acc) {
-    int p = lane / 8, i0 = 4 * (lane % 8);
-    int q = ld_i32_a4(b + 16 + 4 * lane);
-    int lo = q & 0x0F0F0F0F, hi = (q >> 4) & 0x0F0F0F0F;
-    float s0, m0, s1, m1;
-    scale_min_k4(2 * p, b + 4, &s0, &m0);
-    scale_min_k4(2 * p + 1, b + 4, &s1, &m1);
-    float d = ld_f16(b), dmin = ld_f16(b + 2);
+    uint4 h = *(const uint4*)b;
+    int c = lane % 8, p = c / 2, e0 = 16 * (c % 2);
+    uint4 q = *(const uint4*)(b + 16 + 16 * c);
+    float d = f16_to_f32((u16)(h.x & 0xFFFF)), dmin = f16_to_f32((u16)(h.x >> 16));
+    // scale and min of sub-block j = 2p + t: bytes j, j + 4 (j < 4), else j + 4 with the top
+    // bits of j - 4 and j
+    float s[2], m[2];
+#pragma unroll
+    for (int t = 0; t < 2; t++) {
+        int j = 2 * p + t;
+        if (j < 4) {
+            s[t] = (float)(byte_of(h.y, j) & 63);
+            m[t] = (float)(byte_of(h.z, j) & 63);
+        } else {
+            u32 hi8 = byte_of(h.w, j - 4);
+            s[t] = (float)((hi8 & 0xF) | ((byte_of(h.y, j - 4) >> 6) << 4));
+            m[t] = (float)((hi8 >> 4) | ((byte_of(h.z, j - 4) >> 6) << 4));
+        }
+    }
+    float ds0 = d * s[0], dm0 = dmin * m[0], ds1 = d * s[1], dm1 = dmin * m[1];
     const int ones = 0x01010101;
+    int qw[4] = {(int)q.x, (int)q.y, (int)q.z, (int)q.w};
     for (int r = 0; r < Q8_ROWS; r++) {
         if (r >= rows) break;
-        const i8* xr = xq + (u64)r * n_in + 64 * p + i0;
+        const i8* xr = xq + (u64)r * n_in + 64 * p + e0;
         const float* dr = xd + (u64)r * (n_in / 32) + 2 * p;
-        int x0 = ld_i32_a4((const u8*)xr), x1 = ld_i32_a4((const u8*)(xr + 32));
-        float t0 = d * s0 * dp4a(lo, x0, 0) - dmin * m0 * dp4a(ones, x0, 0);
-        float t1 = d * s1 * dp4a(hi, x1, 0) - dmin * m1 * dp4a(ones, x1, 0);
-        acc[r] += dr[0] * t0 + dr[1] * t1;
+        int4 x0 = *(const int4*)xr, x1 = *(const int4*)(xr + 32);
+        int xa[4] = {x0.x, x0.y, x0.z, x0.w}, xb[4] = {x1.x, x1.y, x1.z, x1.w};
+        int dot0 = 0, dot1 = 0, sum0 = 0, sum1 = 0;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            dot0 = dp4a(qw[k] & 0x0F0F0F0F, xa[k], dot0);
+            dot1 = dp4a((qw[k] >> 4) & 0x0F0F0F0F, xb[k], dot1);
+            sum0 = dp4a(ones, xa[k], sum0);
+            sum1 = dp4a(ones, xb[k], sum1);
+        }
+        acc[r] += dr[0] * (ds0 * dot0 - dm0 * sum0) + dr[1] * (ds1 * dot1 - dm1 * sum1);
     }
 }
 
@@ -87,27 +113,25 @@ template <> struct Q8Unit<T_Q4_K> { static const int elems = 256, bytes = 144; }
 template <> struct Q8Unit<T_Q6_K> { static const int elems = 256, bytes = 210; };
 template <> struct Q8Unit<T_Q8_0> { static const int elems = 256, bytes = 272; };
 
+// One lane's part of weight row wr (n_in elements) against activation rows xr, dr (n_rows of
+// them), into acc.
 template <int TY>
-__device__ void matmul_q8_body(const u8* __restrict__ w, const i8* __restrict__ xq,
-                               const float* __restrict__ xd, float* __restrict__ out, int n_out,
-                               int n_in, int rows, u64 row_bytes) {
-    int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    int o = blockIdx.x * Q8_WARPS + warp;
-    if (o >= n_out) return;
-    int r0 = blockIdx.y * Q8_ROWS;
-    int n_rows = min(Q8_ROWS, rows - r0);
-    const u8* wr = w + (u64)o * row_bytes;
-    const i8* xr = xq + (u64)r0 * n_in;
-    const float* dr = xd + (u64)r0 * (n_in / 32);
-    float acc[Q8_ROWS];
-#pragma unroll
-    for (int r = 0; r < Q8_ROWS; r++) acc[r] = 0.0f;
+__device__ __forceinline__ void row_q8(const u8* __restrict__ wr, const i8* __restrict__ xr,
+                                       const float* __restrict__ dr, int n_rows, int n_in,
+                                       int lane, float* acc) {
     const int E = Q8Unit<TY>::elems, B = Q8Unit<TY>::bytes;
     int n_units = n_in / E;
+    if constexpr (TY == T_Q4_K) {
+        // four blocks a step, eight lanes each
+        int k = lane / 8;
+#pragma unroll 2
+        for (int u = k; u < n_units; u += 4)
+            q4_k_lane(wr + (u64)u * B, lane, xr + u * E, dr + u * (E / 32), n_rows, n_in, acc);
+        return;
+    }
 #pragma unroll 4
     for (int u = 0; u < n_units; u++) {
         const u8* b = wr + (u64)u * B;
-        if constexpr (TY == T_Q4_K) q4_k_lane(b, lane, xr + u * E, dr + u * (E / 32), n_rows, n_in, acc);
         if constexpr (TY == T_Q6_K) q6_k_lane(b, lane, xr + u * E, dr + u * (E / 32), n_rows, n_in, acc);
         if constexpr (TY == T_Q8_0) q8_0_lane(b, lane, xr + u * E, dr + u * (E / 32), n_rows, n_in, acc);
     }
@@ -119,9 +143,70 @@ __device__ void matmul_q8_body(const u8* __restrict__ w, const i8* __restrict__ 
             q8_0_lane(b, lane, xr + n_units * E, dr + n_units * (E / 32), n_rows, n_in, acc);
         }
     }
+}
+
+// Up to three weights of this type and width, one launch (q, k and v): blockIdx.x runs over
+// the blocks of w0's rows, then w1's, then w2's. A warp per output row.
+template <int TY>
+__device__ void matmul_q8_body(const u8* w0, const u8* w1, const u8* w2, float* out0,
+                               float* out1, float* out2, int n0, int n1, int n2,
+                               const i8* __restrict__ xq, const float* __restrict__ xd,
+                               int n_in, int rows, u64 row_bytes) {
+    int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    int b = blockIdx.x, b0 = (n0 + Q8_WARPS - 1) / Q8_WARPS, b1 = (n1 + Q8_WARPS - 1) / Q8_WARPS;
+    const u8* w = w0;
+    float* out = out0;
+    int n_out = n0;
+    if (b >= b0 + b1) {
+        w = w2, out = out2, n_out = n2, b -= b0 + b1;
+    } else if (b >= b0) {
+        w = w1, out = out1, n_out = n1, b -= b0;
+    }
+    int o = b * Q8_WARPS + warp;
+    if (o >= n_out) return;
+    int r0 = blockIdx.y * Q8_ROWS;
+    int n_rows = min(Q8_ROWS, rows - r0);
+    float acc[Q8_ROWS];
+#pragma unroll
+    for (int r = 0; r < Q8_ROWS; r++) acc[r] = 0.0f;
+    row_q8<TY>(w + (u64)o * row_bytes, xq + (u64)r0 * n_in, xd + (u64)r0 * (n_in / 32), n_rows,
+               n_in, lane, acc);
 #pragma unroll
     for (int r = 0; r < Q8_ROWS; r++) {
         float total = warp_sum(acc[r]);
         if (lane == 0 && r < n_rows) out[(u64)(r0 + r) * n_out + o] = total;
+    }
+}
+
+// act 0: silu(g) * u; act 1: gelu_tanh(g) * u (the CPU's and ops.cu's glu)
+__device__ __forceinline__ float glu_of(float g, float u, int act) {
+    if (act == 0) return g / (1.0f + expf(-g)) * u;
+    const float c = 0.7978845608028654f;  // sqrt(2 / pi)
+    return 0.5f * g * (1.0f + tanhf(c * (g + 0.044715f * g * g * g))) * u;
+}
+
+// The FFN's gated product: out = act(x . wg^T) * (x . wu^T), a warp per output row walking
+// the gate row and the up row.
+template <int TY>
+__device__ void matmul_glu_q8_body(const u8* __restrict__ wg, const u8* __restrict__ wu,
+                                   const i8* __restrict__ xq, const float* __restrict__ xd,
+                                   float* __restrict__ out, int n_out, int n_in, int rows,
+                                   u64 row_bytes, int act) {
+    int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    int o = blockIdx.x * Q8_WARPS + warp;
+    if (o >= n_out) return;
+    int r0 = blockIdx.y * Q8_ROWS;
+    int n_rows = min(Q8_ROWS, rows - r0);
+    const i8* xr = xq + (u64)r0 * n_in;
+    const float* dr = xd + (u64)r0 * (n_in / 32);
+    float g[Q8_ROWS], u[Q8_ROWS];
+#pragma unroll
+    for (int r = 0; r < Q8_ROWS; r++) g[r] = u[r] = 0.0f;
+    row_q8<TY>(wg + (u64)o * row_bytes, xr, dr, n_rows, n_in, lane, g);
+    row_q8<TY>(wu + (u64)o * row_bytes, xr, dr, n_rows, n_in, lane, u);
+#pragma unroll
+    for (int r = 0; r < Q8_ROWS; r++) {
+        float gt = warp_sum(g[r]), ut = warp_sum(u[r]);
+        if (lane == 0 && r < n_rows) out[(u64)(r0 + r) * n_out + o] = glu_of(gt, ut, act);
     }
 }

@@ -161,13 +161,22 @@ extern "C" __global__ void argmax_f32(const float* x, u32* out, int width) {
 // x (n_blocks x 32) -> int8 q and one f32 scale d per 32-block (x ~ d * q, q in -127..127,
 // rounded to nearest even); a warp per block, a lane per element.
 extern "C" __global__ void quantize_q8_f32_i8(const float* x, i8* q, float* d, u64 n_blocks) {
-    u64 block = (blockIdx.x * (u64)blockDim.x + threadIdx.x) / WARP;
     int lane = threadIdx.x % WARP;
-    if (block >= n_blocks) return;
-    float v = x[block * WARP + lane];
-    float amax = warp_max(fabsf(v));
-    float scale = amax / 127.0f;
-    float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
-    q[block * WARP + lane] = (i8)__float2int_rn(v * inv);
-    if (lane == 0) d[block] = scale;
+    u64 stride = (u64)gridDim.x * blockDim.x / WARP;
+    for (u64 block = (blockIdx.x * (u64)blockDim.x + threadIdx.x) / WARP; block < n_blocks;
+         block += stride) {
+        float v = x[block * WARP + lane];
+        float amax = warp_max(fabsf(v));
+        float scale = amax / 127.0f;
+        float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+        q[block * WARP + lane] = (i8)__float2int_rn(v * inv);
+        if (lane == 0) d[block] = scale;
+    }
+}
+
+// f32 -> f16, round to nearest even, saturating at f16's largest finite value (the prefill
+// GEMM's activation operand: an outlier clips instead of turning the product into inf)
+extern "C" __global__ void convert_f32_f16(const float* x, u16* out, u64 n) {
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+        out[i] = f32_to_f16(fminf(fmaxf(x[i], -65504.0f), 65504.0f));
 }

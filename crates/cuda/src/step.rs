@@ -1,0 +1,241 @@
+//! Every kernel launch goes through `Launcher::launch`, so a forward can be recorded without
+//! running it: its launches (kernel, shape, arguments) become a fingerprint, and a step whose
+//! fingerprint equals one captured before replays that CUDA graph instead of launching each
+//! kernel. A forward's addresses (workspace, KV planes, metadata) are stable from one decode
+//! step to the next and its per-step values (positions, n_kv) live in device memory, so a
+//! decode step records the same fingerprint every time.
+use crate::device::cuda_err;
+use cudarc::driver::{sys, CudaFunction, CudaGraph, CudaStream, LaunchConfig, PushKernelArg};
+use ishizuki_core::{Error, Result};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+
+/// Captured steps kept (different sequences' KV planes or row counts); the oldest goes first.
+const MAX_GRAPHS: usize = 16;
+/// Fingerprints of recent uncaptured steps: a step is captured the second time it is seen, so
+/// one-off shapes (a draft verification of an unusual length) never pay for a capture.
+const SEEN: usize = 32;
+
+/// One kernel argument, by value.
+#[derive(Clone, Copy, Debug)]
+pub enum Arg {
+    U64(u64),
+    I32(i32),
+    F32(f32),
+}
+
+impl Arg {
+    fn bits(self) -> u64 {
+        match self {
+            Arg::U64(v) => v,
+            Arg::I32(v) => v as u32 as u64 | 1 << 32,
+            Arg::F32(v) => v.to_bits() as u64 | 2 << 32,
+        }
+    }
+}
+
+/// A forward being recorded on this thread: the launcher's address and the launches so far.
+struct Recording {
+    launcher: usize,
+    launches: Vec<u64>,
+    /// A host read (a dump) happened inside the step, which a graph cannot replay.
+    uncapturable: bool,
+}
+
+thread_local! {
+    static RECORDING: RefCell<Option<Recording>> = const { RefCell::new(None) };
+    /// The launcher (address) whose stream this thread is capturing.
+    static CAPTURING: RefCell<usize> = const { RefCell::new(0) };
+}
+
+/// A captured graph; CUDA graphs may be used from any thread when calls are serialised, which
+/// the launcher's mutex does.
+struct Captured {
+    launches: Vec<u64>,
+    graph: CudaGraph,
+}
+
+// SAFETY: a Captured is only touched under the launcher's `graphs` mutex
+unsafe impl Send for Captured {}
+
+pub struct Launcher {
+    stream: Arc<CudaStream>,
+    /// Held shared by every stream use, exclusively by a capture, so no other thread's work
+    /// lands in a graph being captured.
+    gate: RwLock<()>,
+    graphs: Mutex<Vec<Captured>>,
+    seen: Mutex<std::collections::VecDeque<u64>>,
+    /// Set when a capture failed: steps then run launch by launch.
+    no_graphs: AtomicBool,
+    captured: AtomicUsize,
+    replayed: AtomicUsize,
+}
+
+impl Launcher {
+    pub fn new(stream: Arc<CudaStream>, graphs: bool) -> Launcher {
+        Launcher {
+            stream,
+            gate: RwLock::new(()),
+            graphs: Mutex::new(Vec::new()),
+            seen: Mutex::new(std::collections::VecDeque::new()),
+            no_graphs: AtomicBool::new(!graphs),
+            captured: AtomicUsize::new(0),
+            replayed: AtomicUsize::new(0),
+        }
+    }
+
+    /// Steps captured as graphs, and graph launches (a capture's first run included).
+    pub fn graph_counts(&self) -> (usize, usize) {
+        let c = self.captured.load(Ordering::Relaxed);
+        (c, self.replayed.load(Ordering::Relaxed))
+    }
+
+    fn id(&self) -> usize {
+        self as *const Launcher as usize
+    }
+
+    /// The shared hold on the stream (none while this thread captures it).
+    pub fn hold(&self) -> Option<RwLockReadGuard<'_, ()>> {
+        if CAPTURING.with(|c| *c.borrow()) == self.id() {
+            return None;
+        }
+        Some(self.gate.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Whether this thread is recording a fingerprint for this launcher; a host read calls
+    /// this to mark the step as one that must run launch by launch.
+    pub fn note_host_read(&self) -> bool {
+        RECORDING.with(|r| match r.borrow_mut().as_mut() {
+            Some(rec) if rec.launcher == self.id() => {
+                rec.uncapturable = true;
+                true
+            }
+            _ => false,
+        })
+    }
+
+    /// Launches `f` on the stream, or adds it to this thread's fingerprint when recording.
+    ///
+    /// # Safety
+    /// `args` must match `f`'s parameters and every pointer in them must cover what the
+    /// kernel reads and writes under `cfg`.
+    pub unsafe fn launch(&self, f: &CudaFunction, cfg: LaunchConfig, args: &[Arg]) -> Result<()> {
+        let recorded = RECORDING.with(|r| match r.borrow_mut().as_mut() {
+            Some(rec) if rec.launcher == self.id() => {
+                let l = &mut rec.launches;
+                l.push(f as *const CudaFunction as u64);
+                let (g, b) = (cfg.grid_dim, cfg.block_dim);
+                l.extend([g.0, g.1, g.2, b.0, b.1, b.2, cfg.shared_mem_bytes].map(u64::from));
+                l.push(args.len() as u64);
+                l.extend(args.iter().map(|a| a.bits()));
+                true
+            }
+            _ => false,
+        });
+        if recorded {
+            return Ok(());
+        }
+        let _hold = self.hold();
+        let mut b = self.stream.launch_builder(f);
+        for a in args {
+            match a {
+                Arg::U64(v) => b.arg(v),
+                Arg::I32(v) => b.arg(v),
+                Arg::F32(v) => b.arg(v),
+            };
+        }
+        // SAFETY: the caller's contract
+        unsafe { b.launch(cfg) }.map_err(cuda_err)?;
+        Ok(())
+    }
+
+    /// Runs one forward's ops (`record`): as a graph replay when its launches equal a captured
+    /// step's, else captured (then replayed) when `capturable`, else launch by launch.
+    pub fn step(&self, capturable: bool, record: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+        if !capturable || self.no_graphs.load(Ordering::Relaxed) {
+            return record();
+        }
+        let (launches, uncapturable) = self.fingerprint(record)?;
+        if uncapturable {
+            return record();
+        }
+        let mut graphs = self.graphs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = graphs.iter().find(|c| c.launches == launches) {
+            let _hold = self.hold();
+            self.replayed.fetch_add(1, Ordering::Relaxed);
+            return c.graph.launch().map_err(cuda_err);
+        }
+        if self.first_sighting(&launches) {
+            return record();
+        }
+        match self.capture(record) {
+            Ok(graph) => {
+                let _hold = self.hold();
+                graph.launch().map_err(cuda_err)?;
+                self.captured.fetch_add(1, Ordering::Relaxed);
+                self.replayed.fetch_add(1, Ordering::Relaxed);
+                if graphs.len() == MAX_GRAPHS {
+                    graphs.remove(0);
+                }
+                graphs.push(Captured { launches, graph });
+                Ok(())
+            }
+            Err(e) => {
+                // run this and every later step launch by launch
+                self.no_graphs.store(true, Ordering::Relaxed);
+                eprintln!("cuda: graph capture failed ({e}); launching kernels one by one");
+                record()
+            }
+        }
+    }
+
+    /// Whether `launches` is new among the recent uncaptured steps (then remembered).
+    fn first_sighting(&self, launches: &[u64]) -> bool {
+        let hash = launches.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &v| {
+            (h ^ v).wrapping_mul(0x0100_0000_01b3).rotate_left(29)
+        });
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = seen.iter().position(|&h| h == hash) {
+            seen.remove(i);
+            return false;
+        }
+        if seen.len() == SEEN {
+            seen.pop_front();
+        }
+        seen.push_back(hash);
+        true
+    }
+
+    /// `record`'s launches, not run, and whether it read the host.
+    fn fingerprint(&self, record: &mut dyn FnMut() -> Result<()>) -> Result<(Vec<u64>, bool)> {
+        RECORDING.with(|r| {
+            *r.borrow_mut() = Some(Recording {
+                launcher: self.id(),
+                launches: Vec::with_capacity(1 << 13),
+                uncapturable: false,
+            })
+        });
+        let result = record();
+        let rec = RECORDING.with(|r| r.borrow_mut().take());
+        result?;
+        let rec = rec.ok_or_else(|| Error::Backend("cuda: the step recording vanished".into()))?;
+        Ok((rec.launches, rec.uncapturable))
+    }
+
+    /// `record` captured into a graph, the stream held exclusively meanwhile.
+    fn capture(&self, record: &mut dyn FnMut() -> Result<()>) -> Result<CudaGraph> {
+        let _only = self.gate.write().unwrap_or_else(|e| e.into_inner());
+        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        self.stream.begin_capture(mode).map_err(cuda_err)?;
+        CAPTURING.with(|c| *c.borrow_mut() = self.id());
+        let result = record();
+        CAPTURING.with(|c| *c.borrow_mut() = 0);
+        let graph = self
+            .stream
+            .end_capture(sys::CUgraphInstantiate_flags(0))
+            .map_err(cuda_err);
+        result?;
+        graph?.ok_or_else(|| Error::Backend("cuda: the captured step is empty".into()))
+    }
+}
