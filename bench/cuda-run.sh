@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# On the GPU host, from the repository root, after bench/cuda-pack.sh: the CUDA tests, a
+# Llama-3.1-8B-shaped Q4_K_M (and with Q8=1 a Q8_0) synthesized there, `ishizuki bench` (pp512,
+# tg128, rows 1..16, tg128 at depth 4096, tg128 without graphs), per-kernel times by ncu, and
+# with LLAMA=1 llama-bench built from the packed source on the same files. Logs go to $OUT.
+#   OUT=/tmp/out [LLAMA=1] [Q8=1] bash bench/cuda-run.sh [DIR]
+set -uo pipefail
+root=$(pwd)
+dir=${1:-$root/.device}
+out=${OUT:-/tmp/cuda-run}
+mkdir -p "$out"
+export LD_LIBRARY_PATH=/usr/local/cuda/targets/x86_64-linux/lib:/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
+export ISHIZUKI_REQUIRE_CUDA=1 ISHIZUKI_REQUIRE_NVRTC=1 ISHIZUKI_CUDA_CACHE=/tmp/ishizuki-kernels
+tar xJf "$dir/bins.tar.xz" -C /tmp
+b=/tmp/bins
+# the test executables find their fixtures where they were built
+built=$(strings "$b"/decoder-* | grep -o '/[^ ]*/crates/cuda' | head -1)
+[ -n "$built" ] && [ ! -e "${built%/crates/cuda}" ] && mkdir -p "$(dirname "${built%/crates/cuda}")" &&
+    ln -s "$root" "${built%/crates/cuda}"
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+if [ "${LLAMA:-0}" = 1 ]; then
+    (cd /tmp && tar xJf "$dir/llama.tar.xz" && cd llama.cpp &&
+        cmake -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF \
+            -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+            -DCMAKE_BUILD_TYPE=Release >"$out/llama-build.log" 2>&1 &&
+        nice cmake --build build -j 12 --target llama-bench >>"$out/llama-build.log" 2>&1
+        echo "llama.cpp build rc=$?" >>"$out/llama-build.log") &
+    llama=$!
+fi
+q4=/tmp/q4km.gguf q8=/tmp/q8.gguf
+(
+    "$b/ishizuki" synth --arch llama --preset llama3-8b --type q4_k_m -o $q4 -t 10
+    [ "${Q8:-0}" = 1 ] && "$b/ishizuki" synth --arch llama --preset llama3-8b --type q8_0 -o $q8 -t 10
+) >"$out/synth.log" 2>&1 &
+synth=$!
+for t in "$b"/ishizuki_cuda-* "$b"/ops-* "$b"/decoder-*; do
+    echo "== $(basename "$t")"
+    timeout 300 "$t" --test-threads 1 2>&1 | grep -E "^test |test result|panicked|assert|rror" | head -60
+done 2>&1 | tee "$out/tests.log"
+wait $synth
+bench() { timeout 200 "$b/ishizuki" bench --device cuda "$@" 2>&1 | tee -a "$out/bench.log"; }
+bench -m $q4 -p 512 -n 128 -r 3
+bench -m $q4 -p 0 -n 0 --rows 1,2,4,8,16 -r 3
+bench -m $q4 -p 0 -n 128 -d 4096 -r 2
+[ "${Q8:-0}" = 1 ] && bench -m $q8 -p 512 -n 128 -r 3
+ISHIZUKI_CUDA_GRAPHS=0 bench -m $q4 -p 0 -n 128 -r 1
+ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+[ -n "$ncu" ] && timeout 90 "$ncu" --clock-control none --metrics gpu__time_duration.sum \
+    --launch-skip 300 --launch-count 1000 --print-summary per-kernel \
+    "$b/ishizuki" bench -m $q4 --device cuda -p 0 -n 4 -r 1 >"$out/ncu.txt" 2>&1
+if [ "${LLAMA:-0}" = 1 ]; then
+    wait $llama
+    tail -1 "$out/llama-build.log"
+    lb=/tmp/llama.cpp/build/bin/llama-bench
+    for f in $q4 $( [ "${Q8:-0}" = 1 ] && echo $q8 ); do
+        timeout 150 $lb -m "$f" -fa 1 -ngl 99 -p 512 -n 128 -r 3 2>&1 | grep "|" | tee -a "$out/llama.log"
+    done
+    timeout 100 $lb -m $q4 -fa 1 -ngl 99 -p 0 -n 128 -d 4096 -r 2 2>&1 | grep "|" | tee -a "$out/llama.log"
+    bench -m $q4 -p 512 -n 128 -r 3
+fi
