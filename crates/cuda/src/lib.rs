@@ -559,15 +559,7 @@ impl Backend for CudaBackend {
         }
         let (k_plane, v_plane) = self.planes(kv.get::<DevKv>()?, layer);
         let m = self.meta_ptrs(meta)?;
-        let n_kv = meta.n_kv.min(shape.capacity);
-        // few rows split the keys (decode is one block per head otherwise); prefill has rows
-        let (chunk, splits) = if rows <= Q8_MAX_ROWS {
-            let chunk =
-                ATTN_MIN_CHUNK.max(shape.capacity.div_ceil(ATTN_MAX_SPLITS).next_power_of_two());
-            (chunk, n_kv.div_ceil(chunk).max(1))
-        } else {
-            (shape.capacity, 1)
-        };
+        let (chunk, splits) = attention_splits(shape.capacity, meta.n_kv, rows);
         let part = if splits > 1 {
             self.attn_partials(splits * rows * p.n_head * (p.head_dim + 2))?
         } else {
@@ -759,6 +751,17 @@ impl CudaBackend {
     }
 }
 
+/// Split-K attention's keys per split and splits: few rows (decode, verification) split the
+/// keys in chunks fixed by the cache's capacity, so a row's splits never depend on its batch
+/// or on n_kv; prefill, with blocks enough in its rows, takes all keys in one split.
+fn attention_splits(capacity: usize, n_kv: usize, rows: usize) -> (usize, usize) {
+    if rows > Q8_MAX_ROWS {
+        return (capacity, 1);
+    }
+    let chunk = ATTN_MIN_CHUNK.max(capacity.div_ceil(ATTN_MAX_SPLITS).next_power_of_two());
+    (chunk, n_kv.min(capacity).div_ceil(chunk).max(1))
+}
+
 /// The layer exists and every row's position has a slot.
 fn check_kv(shape: &KvShape, layer: usize, meta: &ForwardMeta) -> Result<()> {
     if layer >= shape.n_layer {
@@ -778,4 +781,30 @@ fn check_kv(shape: &KvShape, layer: usize, meta: &ForwardMeta) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attention_splits_depend_on_capacity_not_on_rows_and_stay_bounded() {
+        for capacity in [1, 63, 64, 4224, 32768, 131072, 1 << 20] {
+            let (chunk, _) = attention_splits(capacity, 1, 1);
+            assert!(
+                chunk >= ATTN_MIN_CHUNK && chunk.is_power_of_two(),
+                "{capacity}"
+            );
+            for n_kv in [1, 64, 65, capacity / 2, capacity] {
+                for rows in [1, 2, 16] {
+                    let (c, splits) = attention_splits(capacity, n_kv, rows);
+                    assert_eq!(c, chunk, "the chunk of {capacity} keys moved with rows");
+                    assert!((1..=ATTN_MAX_SPLITS).contains(&splits), "{capacity} {n_kv}");
+                    assert!(c * splits >= n_kv.min(capacity), "keys left out");
+                }
+            }
+        }
+        assert_eq!(attention_splits(4224, 4097, 1), (64, 65));
+        assert_eq!(attention_splits(4224, 4097, 512), (4224, 1));
+    }
 }

@@ -8,13 +8,13 @@ use crate::device::cuda_err;
 use cudarc::driver::{sys, CudaFunction, CudaGraph, CudaStream, LaunchConfig, PushKernelArg};
 use ishizuki_core::{Error, Result};
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 /// Captured steps kept (different sequences' KV planes or row counts); the oldest goes first.
 const MAX_GRAPHS: usize = 16;
-/// Fingerprints of recent uncaptured steps: a step is captured the second time it is seen, so
-/// one-off shapes (a draft verification of an unusual length) never pay for a capture.
+/// Hashes of recent uncaptured steps remembered.
 const SEEN: usize = 32;
 
 /// One kernel argument, by value.
@@ -51,21 +51,71 @@ thread_local! {
 
 /// A captured graph; CUDA graphs may be used from any thread when calls are serialised, which
 /// the launcher's mutex does.
-struct Captured {
-    launches: Vec<u64>,
-    graph: CudaGraph,
-}
+struct Captured(CudaGraph);
 
 // SAFETY: a Captured is only touched under the launcher's `graphs` mutex
 unsafe impl Send for Captured {}
+
+/// What a step's launch record calls for.
+#[derive(Debug, PartialEq)]
+enum Verdict<'a, G> {
+    /// A graph captured from the same launches.
+    Replay(&'a G),
+    /// Seen once before: capture it.
+    Capture,
+    /// New: run it kernel by kernel (and remember it).
+    Run,
+}
+
+/// Captured steps by their whole launch record (compared exactly, never by hash alone), and the
+/// hashes of recent uncaptured records: a record is captured the second time it is seen, so
+/// one-off shapes (a draft verification of an unusual length) never pay for a capture.
+struct GraphCache<G> {
+    graphs: Vec<(Vec<u64>, G)>,
+    seen: VecDeque<u64>,
+}
+
+impl<G> GraphCache<G> {
+    fn new() -> Self {
+        GraphCache {
+            graphs: Vec::new(),
+            seen: VecDeque::new(),
+        }
+    }
+
+    fn verdict(&mut self, launches: &[u64]) -> Verdict<'_, G> {
+        if let Some(i) = self.graphs.iter().position(|(l, _)| l == launches) {
+            return Verdict::Replay(&self.graphs[i].1);
+        }
+        let hash = launches.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &v| {
+            (h ^ v).wrapping_mul(0x0100_0000_01b3).rotate_left(29)
+        });
+        if let Some(i) = self.seen.iter().position(|&h| h == hash) {
+            self.seen.remove(i);
+            return Verdict::Capture;
+        }
+        if self.seen.len() == SEEN {
+            self.seen.pop_front();
+        }
+        self.seen.push_back(hash);
+        Verdict::Run
+    }
+
+    /// Keeps `graph` for `launches`, dropping the oldest past MAX_GRAPHS.
+    fn insert(&mut self, launches: Vec<u64>, graph: G) {
+        if self.graphs.len() == MAX_GRAPHS {
+            self.graphs.remove(0);
+        }
+        self.graphs.push((launches, graph));
+    }
+}
 
 pub struct Launcher {
     stream: Arc<CudaStream>,
     /// Held shared by every stream use, exclusively by a capture, so no other thread's work
     /// lands in a graph being captured.
     gate: RwLock<()>,
-    graphs: Mutex<Vec<Captured>>,
-    seen: Mutex<std::collections::VecDeque<u64>>,
+    graphs: Mutex<GraphCache<Captured>>,
     /// Set when a capture failed: steps then run launch by launch.
     no_graphs: AtomicBool,
     captured: AtomicUsize,
@@ -77,8 +127,7 @@ impl Launcher {
         Launcher {
             stream,
             gate: RwLock::new(()),
-            graphs: Mutex::new(Vec::new()),
-            seen: Mutex::new(std::collections::VecDeque::new()),
+            graphs: Mutex::new(GraphCache::new()),
             no_graphs: AtomicBool::new(!graphs),
             captured: AtomicUsize::new(0),
             replayed: AtomicUsize::new(0),
@@ -161,13 +210,14 @@ impl Launcher {
             return record();
         }
         let mut graphs = self.graphs.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(c) = graphs.iter().find(|c| c.launches == launches) {
-            let _hold = self.hold();
-            self.replayed.fetch_add(1, Ordering::Relaxed);
-            return c.graph.launch().map_err(cuda_err);
-        }
-        if self.first_sighting(&launches) {
-            return record();
+        match graphs.verdict(&launches) {
+            Verdict::Replay(c) => {
+                let _hold = self.hold();
+                self.replayed.fetch_add(1, Ordering::Relaxed);
+                return c.0.launch().map_err(cuda_err);
+            }
+            Verdict::Run => return record(),
+            Verdict::Capture => {}
         }
         match self.capture(record) {
             Ok(graph) => {
@@ -175,10 +225,7 @@ impl Launcher {
                 graph.launch().map_err(cuda_err)?;
                 self.captured.fetch_add(1, Ordering::Relaxed);
                 self.replayed.fetch_add(1, Ordering::Relaxed);
-                if graphs.len() == MAX_GRAPHS {
-                    graphs.remove(0);
-                }
-                graphs.push(Captured { launches, graph });
+                graphs.insert(launches, Captured(graph));
                 Ok(())
             }
             Err(e) => {
@@ -188,23 +235,6 @@ impl Launcher {
                 record()
             }
         }
-    }
-
-    /// Whether `launches` is new among the recent uncaptured steps (then remembered).
-    fn first_sighting(&self, launches: &[u64]) -> bool {
-        let hash = launches.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &v| {
-            (h ^ v).wrapping_mul(0x0100_0000_01b3).rotate_left(29)
-        });
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(i) = seen.iter().position(|&h| h == hash) {
-            seen.remove(i);
-            return false;
-        }
-        if seen.len() == SEEN {
-            seen.pop_front();
-        }
-        seen.push_back(hash);
-        true
     }
 
     /// `record`'s launches, not run, and whether it read the host.
@@ -237,5 +267,51 @@ impl Launcher {
             .map_err(cuda_err);
         result?;
         graph?.ok_or_else(|| Error::Backend("cuda: the captured step is empty".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_is_run_then_captured_then_replayed_and_only_on_exact_equality() {
+        let mut cache = GraphCache::new();
+        let (a, b) = (vec![1, 2, 3], vec![1, 2, 4]);
+        assert_eq!(cache.verdict(&a), Verdict::Run);
+        assert_eq!(cache.verdict(&b), Verdict::Run);
+        assert_eq!(cache.verdict(&a), Verdict::Capture);
+        cache.insert(a.clone(), "a");
+        assert_eq!(cache.verdict(&a), Verdict::Replay(&"a"));
+        assert_eq!(cache.verdict(&b), Verdict::Capture);
+        cache.insert(b.clone(), "b");
+        assert_eq!(cache.verdict(&b), Verdict::Replay(&"b"));
+        // a longer record with the same prefix is another step
+        assert_eq!(cache.verdict(&[1, 2, 3, 0]), Verdict::Run);
+    }
+
+    #[test]
+    fn the_oldest_graph_and_sighting_go_first() {
+        let mut cache = GraphCache::new();
+        for i in 0..MAX_GRAPHS as u64 + 1 {
+            cache.insert(vec![i], i);
+        }
+        assert_eq!(
+            cache.verdict(&[0]),
+            Verdict::Run,
+            "the first graph was dropped"
+        );
+        assert_eq!(cache.verdict(&[1]), Verdict::Replay(&1));
+        assert_eq!(
+            cache.verdict(&[MAX_GRAPHS as u64]),
+            Verdict::Replay(&(MAX_GRAPHS as u64))
+        );
+        let mut cache = GraphCache::<()>::new();
+        for i in 100..100 + SEEN as u64 + 1 {
+            assert_eq!(cache.verdict(&[i]), Verdict::Run);
+        }
+        // the first sighting was forgotten, the second remembered
+        assert_eq!(cache.verdict(&[100]), Verdict::Run);
+        assert_eq!(cache.verdict(&[102]), Verdict::Capture);
     }
 }
