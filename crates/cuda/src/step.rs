@@ -246,8 +246,18 @@ impl Launcher {
                 uncapturable: false,
             })
         });
+        // ends the recording however record() ends, a panic included, so no later launch on
+        // this thread is swallowed
+        struct Stop;
+        impl Drop for Stop {
+            fn drop(&mut self) {
+                RECORDING.with(|r| r.borrow_mut().take());
+            }
+        }
+        let stop = Stop;
         let result = record();
         let rec = RECORDING.with(|r| r.borrow_mut().take());
+        drop(stop);
         result?;
         let rec = rec.ok_or_else(|| Error::Backend("cuda: the step recording vanished".into()))?;
         Ok((rec.launches, rec.uncapturable))
@@ -258,9 +268,21 @@ impl Launcher {
         let _only = self.gate.write().unwrap_or_else(|e| e.into_inner());
         let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
         self.stream.begin_capture(mode).map_err(cuda_err)?;
+        // a panic in record() must not leave the stream capturing, nor this thread marked
+        struct OpenCapture<'a>(Option<&'a Arc<CudaStream>>);
+        impl Drop for OpenCapture<'_> {
+            fn drop(&mut self) {
+                CAPTURING.with(|c| *c.borrow_mut() = 0);
+                if let Some(stream) = self.0 {
+                    let _ = stream.end_capture(sys::CUgraphInstantiate_flags(0));
+                }
+            }
+        }
+        let mut open = OpenCapture(Some(&self.stream));
         CAPTURING.with(|c| *c.borrow_mut() = self.id());
         let result = record();
-        CAPTURING.with(|c| *c.borrow_mut() = 0);
+        open.0 = None;
+        drop(open);
         let graph = self
             .stream
             .end_capture(sys::CUgraphInstantiate_flags(0))
