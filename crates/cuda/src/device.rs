@@ -1,5 +1,7 @@
 //! Opening a GPU, what the backend's handles hold, and launch shapes.
-use cudarc::driver::{sys, CudaContext, CudaSlice, DriverError, LaunchConfig};
+use cudarc::driver::{
+    sys, CudaContext, CudaSlice, CudaStream, DeviceRepr, DriverError, LaunchConfig, ValidAsZeroBits,
+};
 use ishizuki_core::{Error, Result};
 use std::sync::{Arc, Mutex};
 
@@ -82,6 +84,20 @@ impl Drop for DevMeta {
             }
         }
     }
+}
+
+/// `slot` holding at least `n` elements: reallocated (zeroed, the old one freed first) when
+/// smaller. The caller holds the stream.
+pub fn grown<'a, T: DeviceRepr + ValidAsZeroBits>(
+    stream: &Arc<CudaStream>,
+    slot: &'a mut Option<CudaSlice<T>>,
+    n: usize,
+) -> Result<&'a CudaSlice<T>> {
+    if slot.as_ref().is_none_or(|s| s.len() < n) {
+        *slot = None;
+        *slot = Some(stream.alloc_zeros::<T>(n.max(1)).map_err(cuda_err)?);
+    }
+    Ok(slot.as_ref().expect("just allocated"))
 }
 
 pub fn cuda_err(e: DriverError) -> Error {

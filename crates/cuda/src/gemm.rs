@@ -1,7 +1,7 @@
 //! Prefill matmuls (more rows than draft verification) on tensor cores: the weight dequantised
 //! to f16 in slices of rows, the activations converted to f16, and cuBLAS's GEMM with f32
 //! accumulation and output.
-use crate::device::{cuda_err, launch_1d, DevWeight};
+use crate::device::{cuda_err, grown, launch_1d, DevWeight};
 use cudarc::cublas::{result as blas, sys as blas_sys, CudaBlas};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, PushKernelArg};
 use ishizuki_core::{Error, LoadedWeight, Result};
@@ -23,19 +23,6 @@ struct Scratch {
 
 fn blas_err(e: cudarc::cublas::result::CublasError) -> Error {
     Error::Backend(format!("cublas: {e:?}"))
-}
-
-/// `slot` holding at least `n` elements.
-fn grown<'a>(
-    stream: &Arc<CudaStream>,
-    slot: &'a mut Option<CudaSlice<u16>>,
-    n: usize,
-) -> Result<&'a CudaSlice<u16>> {
-    if slot.as_ref().is_none_or(|s| s.len() < n) {
-        *slot = None;
-        *slot = Some(stream.alloc_zeros::<u16>(n.max(1)).map_err(cuda_err)?);
-    }
-    Ok(slot.as_ref().expect("just allocated"))
 }
 
 impl Gemm {

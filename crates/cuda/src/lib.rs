@@ -12,7 +12,9 @@ pub use device::{available, DeviceInfo};
 
 use compile::Target;
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig};
-use device::{cuda_err, launch_1d, DevBuf, DevKv, DevMeta, DevWeight, MetaPool, META_POOLED};
+use device::{
+    cuda_err, grown, launch_1d, DevBuf, DevKv, DevMeta, DevWeight, MetaPool, META_POOLED,
+};
 use ishizuki_core::backend::{too_small, Activation, AttnParams, NormKind, RopeKind};
 use ishizuki_core::{
     Backend, Buffer, Error, ForwardMeta, GgmlType, KvShape, KvStore, LoadedWeight, Result,
@@ -682,10 +684,7 @@ impl Backend for CudaBackend {
         }
         let mut slot = self.ids.lock().unwrap_or_else(|e| e.into_inner());
         let _hold = self.launcher.hold();
-        if slot.as_ref().is_none_or(|s| s.len() < rows) {
-            *slot = Some(self.stream.alloc_zeros::<u32>(rows).map_err(cuda_err)?);
-        }
-        let ids = slot.as_ref().expect("just allocated");
+        let ids = grown(&self.stream, &mut slot, rows)?;
         let args = [
             Arg::U64(xp),
             Arg::U64(self.ptr(ids)),
@@ -736,12 +735,8 @@ impl CudaBackend {
     /// The split-K partials' address, grown to `n` f32s.
     fn attn_partials(&self, n: usize) -> Result<u64> {
         let mut slot = self.attn_part.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.as_ref().is_none_or(|s| s.len() < n) {
-            let _hold = self.launcher.hold();
-            *slot = None;
-            *slot = Some(self.stream.alloc_zeros::<f32>(n).map_err(cuda_err)?);
-        }
-        Ok(self.ptr(slot.as_ref().expect("just allocated")))
+        let _hold = self.launcher.hold();
+        Ok(self.ptr(grown(&self.stream, &mut slot, n)?))
     }
 
     /// `layer`'s K and V planes, `(capacity, n_head_kv * head_dim)` f16 each.

@@ -1,6 +1,6 @@
 // Shared by every module: integer names, f16/bf16 conversion without headers (NVRTC has no
-// toolkit include path), warp reductions, and each weight type's dequantisation of one
-// 32-element sub-block.
+// toolkit include path), unaligned loads, warp reductions and the FFN gate (one formula for
+// the fused and the unfused kernel).
 typedef unsigned char u8;
 typedef signed char i8;
 typedef unsigned short u16;
@@ -41,4 +41,11 @@ __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
     for (int o = WARP / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
+}
+
+// the FFN's gate: act 0 silu(g) * u, act 1 gelu_tanh(g) * u (the CPU's formulas)
+__device__ __forceinline__ float glu_of(float g, float u, int act) {
+    if (act == 0) return g / (1.0f + expf(-g)) * u;
+    const float c = 0.7978845608028654f;  // sqrt(2 / pi)
+    return 0.5f * g * (1.0f + tanhf(c * (g + 0.044715f * g * g * g))) * u;
 }

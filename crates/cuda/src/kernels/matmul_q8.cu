@@ -178,13 +178,6 @@ __device__ void matmul_q8_body(const u8* w0, const u8* w1, const u8* w2, float* 
     }
 }
 
-// act 0: silu(g) * u; act 1: gelu_tanh(g) * u (the CPU's and ops.cu's glu)
-__device__ __forceinline__ float glu_of(float g, float u, int act) {
-    if (act == 0) return g / (1.0f + expf(-g)) * u;
-    const float c = 0.7978845608028654f;  // sqrt(2 / pi)
-    return 0.5f * g * (1.0f + tanhf(c * (g + 0.044715f * g * g * g))) * u;
-}
-
 // The FFN's gated product: out = act(x . wg^T) * (x . wu^T), a warp per output row walking
 // the gate row and the up row.
 template <int TY>

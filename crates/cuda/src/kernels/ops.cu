@@ -54,19 +54,9 @@ extern "C" __global__ void softcap_f32(float* x, float cap, u64 n) {
         x[i] = cap * tanhf(x[i] / cap);
 }
 
-// act 0: silu(gate) * up; act 1: gelu_tanh(gate) * up
 extern "C" __global__ void glu_f32(float* gate, const float* up, u64 n, int act) {
-    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
-        float g = gate[i];
-        float a;
-        if (act == 0) {
-            a = g / (1.0f + expf(-g));
-        } else {
-            const float c = 0.7978845608028654f;  // sqrt(2 / pi)
-            a = 0.5f * g * (1.0f + tanhf(c * (g + 0.044715f * g * g * g)));
-        }
-        gate[i] = a * up[i];
-    }
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+        gate[i] = glu_of(gate[i], up[i], act);
 }
 
 // x (rows, n_head, head_dim) rotated in place; thread per (row, head, pair); angles in f64 as
