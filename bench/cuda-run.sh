@@ -35,7 +35,10 @@ q4=/tmp/q4km.gguf q8=/tmp/q8.gguf
 synth=$!
 for t in "$b"/ishizuki_cuda-* "$b"/ops-* "$b"/decoder-*; do
     echo "== $(basename "$t")"
-    timeout 300 "$t" --test-threads 1 2>&1 | grep -E "^test |test result|panicked|assert|rror" | head -60
+    log=$out/test-$(basename "$t").log
+    timeout 300 "$t" --test-threads 1 >"$log" 2>&1
+    grep -E "^test |test result" "$log"
+    sed -n '/^failures:$/,/^test result/p' "$log" | head -80
 done 2>&1 | tee "$out/tests.log"
 wait $synth
 bench() { timeout 200 "$b/ishizuki" bench --device cuda "$@" 2>&1 | tee -a "$out/bench.log"; }
