@@ -728,8 +728,14 @@ impl CudaBackend {
             Arg::F32(eps),
             Arg::I32((kind == NormKind::RmsPlusOne) as i32),
         ];
+        // a thread per 4 elements, so a row is one step of float4 loads
+        let threads = w.len().div_ceil(4).next_multiple_of(32).clamp(32, 1024) as u32;
+        let cfg = LaunchConfig {
+            block_dim: (threads, 1, 1),
+            ..Self::per_row(rows)
+        };
         // SAFETY: x, delta and out hold rows x width (checked by the callers)
-        unsafe { self.go(&self.ops.rms_norm, Self::per_row(rows), &args) }
+        unsafe { self.go(&self.ops.rms_norm, cfg, &args) }
     }
 
     /// The split-K partials' address, grown to `n` f32s.

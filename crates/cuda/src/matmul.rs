@@ -155,7 +155,8 @@ impl CudaBackend {
                 return Err(Error::Shape("cuda: an 8-bit group of mixed weights".into()));
             }
             (wp[i], op[i], n[i]) = (self.ptr(&d.data), *out, w.n_out as i32);
-            blocks += w.n_out.div_ceil(MATMUL_WARPS);
+            // Q8_SPLIT (2) warps per output row
+            blocks += w.n_out.div_ceil(MATMUL_WARPS / 2);
         }
         let mut args: Vec<Arg> = wp.iter().chain(&op).map(|&p| Arg::U64(p)).collect();
         args.extend(n.map(Arg::I32));

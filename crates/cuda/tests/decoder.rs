@@ -13,6 +13,11 @@ use std::sync::{Arc, OnceLock};
 /// f16 KV against the reference's f32, as on the CPU: ~1e-3 on logits up to ~7.
 const TOLERANCE: f32 = 5e-3;
 
+/// CUDA against the exact CPU backend: a K or V element whose f32 inputs differ in the last
+/// bit may round to the other f16 neighbour (2^-11 relative) on each, so they agree to the
+/// KV's precision (gemma3 measured 1.1e-3 on an H100), not f32's.
+const BACKENDS_TOLERANCE: f32 = 2.5e-3;
+
 /// 8-bit activations into the few-row matmuls, as the fast CPU path (and llama.cpp) does:
 /// about 1e-2 of error per quantized layer on these random weights.
 const FAST_TOLERANCE: f32 = 0.15;
@@ -98,7 +103,7 @@ fn tiny_models_match_transformers_on_cuda() {
         let on_cpu = cpu.forward(&tokens, &mut cpu_cache, Logits::All).unwrap();
         let err = max_abs_diff(&all, &on_cpu);
         assert!(
-            err < 1e-3,
+            err < BACKENDS_TOLERANCE,
             "{arch}: CUDA differs from the exact CPU backend by {err}"
         );
 

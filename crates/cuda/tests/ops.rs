@@ -398,8 +398,8 @@ fn norms_and_elementwise_ops_match_the_cpu() {
     let Some(cuda) = gpu() else { return };
     let cpu = CpuBackend::exact(2);
     let mut rng = Rng(11);
-    let width = 320;
-    for rows in ROWS {
+    // float4 rows, a width that is not a multiple of 4, and a block of 1024 threads
+    for (width, rows) in ROWS.iter().map(|&r| (320, r)).chain([(322, 3), (4096, 2)]) {
         let n = rows * width;
         let (x, d, w, bias) = (rng.vec(n), rng.vec(n), rng.vec(width), rng.vec(width));
         for kind in [NormKind::Rms, NormKind::RmsPlusOne] {

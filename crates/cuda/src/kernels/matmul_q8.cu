@@ -5,6 +5,9 @@
 // instruction (dp4a). A row's sum is formed the same way whatever the other rows are.
 #define Q8_ROWS 8
 #define Q8_WARPS 4
+// warps sharing one output row of matmul_q8 (each a share of its blocks), so a 4096-row
+// weight keeps twice the warps (and loads) in flight
+#define Q8_SPLIT 2
 
 __device__ __forceinline__ int dp4a(int a, int b, int c) { return __dp4a(a, b, c); }
 
@@ -114,23 +117,23 @@ template <> struct Q8Unit<T_Q6_K> { static const int elems = 256, bytes = 210; }
 template <> struct Q8Unit<T_Q8_0> { static const int elems = 256, bytes = 272; };
 
 // One lane's part of weight row wr (n_in elements) against activation rows xr, dr (n_rows of
-// them), into acc.
+// them), into acc: share `part` of `parts` of the row's units, interleaved.
 template <int TY>
 __device__ __forceinline__ void row_q8(const u8* __restrict__ wr, const i8* __restrict__ xr,
                                        const float* __restrict__ dr, int n_rows, int n_in,
-                                       int lane, float* acc) {
+                                       int lane, float* acc, int part, int parts) {
     const int E = Q8Unit<TY>::elems, B = Q8Unit<TY>::bytes;
     int n_units = n_in / E;
     if constexpr (TY == T_Q4_K) {
         // four blocks a step, eight lanes each
-        int k = lane / 8;
+        int k = lane / 8 + 4 * part;
 #pragma unroll 2
-        for (int u = k; u < n_units; u += 4)
+        for (int u = k; u < n_units; u += 4 * parts)
             q4_k_lane(wr + (u64)u * B, lane, xr + u * E, dr + u * (E / 32), n_rows, n_in, acc);
         return;
     }
 #pragma unroll 4
-    for (int u = 0; u < n_units; u++) {
+    for (int u = part; u < n_units; u += parts) {
         const u8* b = wr + (u64)u * B;
         if constexpr (TY == T_Q6_K) q6_k_lane(b, lane, xr + u * E, dr + u * (E / 32), n_rows, n_in, acc);
         if constexpr (TY == T_Q8_0) q8_0_lane(b, lane, xr + u * E, dr + u * (E / 32), n_rows, n_in, acc);
@@ -138,7 +141,7 @@ __device__ __forceinline__ void row_q8(const u8* __restrict__ wr, const i8* __re
     if constexpr (TY == T_Q8_0) {
         // rows of whole 32-blocks but not whole units: the last blocks, a lane per 8 bytes
         int tail = (n_in % E) / 32;
-        if (lane / 4 < tail) {
+        if (part == 0 && lane / 4 < tail) {
             const u8* b = wr + (u64)n_units * B;
             q8_0_lane(b, lane, xr + n_units * E, dr + n_units * (E / 32), n_rows, n_in, acc);
         }
@@ -146,14 +149,17 @@ __device__ __forceinline__ void row_q8(const u8* __restrict__ wr, const i8* __re
 }
 
 // Up to three weights of this type and width, one launch (q, k and v): blockIdx.x runs over
-// the blocks of w0's rows, then w1's, then w2's. A warp per output row.
+// the blocks of w0's rows, then w1's, then w2's. Q8_SPLIT warps per output row, their sums
+// added in shared memory in one order.
 template <int TY>
 __device__ void matmul_q8_body(const u8* w0, const u8* w1, const u8* w2, float* out0,
                                float* out1, float* out2, int n0, int n1, int n2,
                                const i8* __restrict__ xq, const float* __restrict__ xd,
                                int n_in, int rows, u64 row_bytes) {
-    int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    int b = blockIdx.x, b0 = (n0 + Q8_WARPS - 1) / Q8_WARPS, b1 = (n1 + Q8_WARPS - 1) / Q8_WARPS;
+    const int per_block = Q8_WARPS / Q8_SPLIT;
+    __shared__ float sums[Q8_WARPS][Q8_ROWS];
+    int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, part = warp % Q8_SPLIT;
+    int b = blockIdx.x, b0 = (n0 + per_block - 1) / per_block, b1 = (n1 + per_block - 1) / per_block;
     const u8* w = w0;
     float* out = out0;
     int n_out = n0;
@@ -162,19 +168,26 @@ __device__ void matmul_q8_body(const u8* w0, const u8* w1, const u8* w2, float* 
     } else if (b >= b0) {
         w = w1, out = out1, n_out = n1, b -= b0;
     }
-    int o = b * Q8_WARPS + warp;
-    if (o >= n_out) return;
+    int o = b * per_block + warp / Q8_SPLIT;
     int r0 = blockIdx.y * Q8_ROWS;
     int n_rows = min(Q8_ROWS, rows - r0);
     float acc[Q8_ROWS];
 #pragma unroll
     for (int r = 0; r < Q8_ROWS; r++) acc[r] = 0.0f;
-    row_q8<TY>(w + (u64)o * row_bytes, xq + (u64)r0 * n_in, xd + (u64)r0 * (n_in / 32), n_rows,
-               n_in, lane, acc);
+    // no early return: every warp reaches the barrier
+    if (o < n_out)
+        row_q8<TY>(w + (u64)o * row_bytes, xq + (u64)r0 * n_in, xd + (u64)r0 * (n_in / 32),
+                   n_rows, n_in, lane, acc, part, Q8_SPLIT);
 #pragma unroll
     for (int r = 0; r < Q8_ROWS; r++) {
         float total = warp_sum(acc[r]);
-        if (lane == 0 && r < n_rows) out[(u64)(r0 + r) * n_out + o] = total;
+        if (lane == 0) sums[warp][r] = total;
+    }
+    __syncthreads();
+    if (o < n_out && part == 0 && lane < n_rows) {
+        float total = 0.0f;
+        for (int p = 0; p < Q8_SPLIT; p++) total += sums[warp + p][lane];
+        out[(u64)(r0 + lane) * n_out + o] = total;
     }
 }
 
@@ -195,8 +208,8 @@ __device__ void matmul_glu_q8_body(const u8* __restrict__ wg, const u8* __restri
     float g[Q8_ROWS], u[Q8_ROWS];
 #pragma unroll
     for (int r = 0; r < Q8_ROWS; r++) g[r] = u[r] = 0.0f;
-    row_q8<TY>(wg + (u64)o * row_bytes, xr, dr, n_rows, n_in, lane, g);
-    row_q8<TY>(wu + (u64)o * row_bytes, xr, dr, n_rows, n_in, lane, u);
+    row_q8<TY>(wg + (u64)o * row_bytes, xr, dr, n_rows, n_in, lane, g, 0, 1);
+    row_q8<TY>(wu + (u64)o * row_bytes, xr, dr, n_rows, n_in, lane, u, 0, 1);
 #pragma unroll
     for (int r = 0; r < Q8_ROWS; r++) {
         float gt = warp_sum(g[r]), ut = warp_sum(u[r]);
