@@ -54,13 +54,7 @@ pub fn matmul_multi(
     outs: &mut [&mut [f32]],
     exact: bool,
 ) -> Result<()> {
-    if ws.len() != outs.len() {
-        return Err(Error::Shape(format!(
-            "{} weights for {} outputs",
-            ws.len(),
-            outs.len()
-        )));
-    }
+    ishizuki_core::backend::check_outputs(ws.len(), outs.len())?;
     for (w, out) in ws.iter().zip(outs.iter()) {
         check_shapes(w, x, rows, out)?;
     }

@@ -96,13 +96,7 @@ impl CudaBackend {
         rows: usize,
         outs: &mut [&mut Buffer],
     ) -> Result<()> {
-        if ws.len() != outs.len() {
-            return Err(Error::Shape(format!(
-                "{} weights for {} outputs",
-                ws.len(),
-                outs.len()
-            )));
-        }
+        ishizuki_core::backend::check_outputs(ws.len(), outs.len())?;
         let n_in = ws.first().map_or(0, |w| w.n_in);
         let shared = rows > 0 && ws.iter().all(|w| w.n_in == n_in && self.takes_q8(w, rows));
         if !shared {

@@ -168,13 +168,7 @@ pub trait Backend: Send + Sync {
         rows: usize,
         outs: &mut [&mut Buffer],
     ) -> Result<()> {
-        if ws.len() != outs.len() {
-            return Err(crate::Error::Shape(format!(
-                "{} weights for {} outputs",
-                ws.len(),
-                outs.len()
-            )));
-        }
+        check_outputs(ws.len(), outs.len())?;
         for (w, out) in ws.iter().zip(outs.iter_mut()) {
             self.matmul(w, x, rows, out)?;
         }
@@ -289,6 +283,16 @@ pub trait Backend: Send + Sync {
 
     /// The index of each row's largest value in `x (rows, width)` (the first of equals).
     fn argmax(&self, x: &Buffer, rows: usize, width: usize) -> Result<Vec<u32>>;
+}
+
+/// A matmul over several weights gets one output per weight.
+pub fn check_outputs(weights: usize, outputs: usize) -> Result<()> {
+    if weights != outputs {
+        return Err(crate::Error::Shape(format!(
+            "{weights} weights for {outputs} outputs"
+        )));
+    }
+    Ok(())
 }
 
 /// A buffer shape error naming the op: `need` f32s of a buffer holding `have`.
