@@ -153,6 +153,8 @@ impl Backend for CpuBackend {
         outs: &mut [&mut Buffer],
     ) -> Result<()> {
         let _op = trace::span("matmul_multi");
+        // before the zip below, which would drop the unmatched outputs
+        ishizuki_core::backend::check_outputs(ws.len(), outs.len())?;
         let n_in = ws.first().map_or(0, |w| w.n_in);
         let x = f32s(x, rows * n_in, "matmul_multi")?;
         let views = ws.iter().map(|w| view(w)).collect::<Result<Vec<_>>>()?;
@@ -571,6 +573,10 @@ mod tests {
             be.add(&mut x, &short, 64),
             Err(ishizuki_core::Error::Shape(_))
         ));
+        let mut out = be.alloc(64).unwrap();
+        let err = be.matmul_multi(&[], &x, 1, &mut [&mut out]).unwrap_err();
+        assert_eq!(err.to_string(), "shape mismatch: 0 weights for 1 outputs");
+        be.matmul_multi(&[], &x, 1, &mut []).unwrap();
         assert_eq!(
             be.argmax(&buffer(&be, &[1.0, 3.0, 3.0, f32::NAN]), 1, 4)
                 .unwrap(),
