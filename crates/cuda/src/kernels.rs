@@ -254,6 +254,25 @@ mod tests {
         assert!(weight_kernel_names(GgmlType::IQ2_XXS).is_none());
     }
 
+    /// The grids the Rust side launches are the ones the kernels index by.
+    #[test]
+    fn the_kernels_shape_constants_are_the_launchers() {
+        use crate::{ATTN_MAX_HEAD_DIM, MATMUL_ROWS, MATMUL_WARPS, Q8_SPLIT};
+        for (src, line) in [
+            (MATMUL, format!("#define MATMUL_ROWS {MATMUL_ROWS}\n")),
+            (MATMUL, format!("#define MATMUL_WARPS {MATMUL_WARPS}\n")),
+            (MATMUL_Q8, format!("#define Q8_ROWS {MATMUL_ROWS}\n")),
+            (MATMUL_Q8, format!("#define Q8_WARPS {MATMUL_WARPS}\n")),
+            (MATMUL_Q8, format!("#define Q8_SPLIT {Q8_SPLIT}\n")),
+            (
+                ATTENTION,
+                format!("#define ATTN_MAX_CHUNKS {}\n", ATTN_MAX_HEAD_DIM / 32),
+            ),
+        ] {
+            assert!(src.contains(&line), "a kernel lacks {line:?}");
+        }
+    }
+
     /// Every module compiles for Hopper wherever NVRTC loads (no GPU needed); CI installs it
     /// from PyPI, elsewhere this skips unless ISHIZUKI_REQUIRE_NVRTC is set.
     #[test]

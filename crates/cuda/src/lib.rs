@@ -31,6 +31,8 @@ const ROW_THREADS: u32 = 128;
 /// Output rows per matmul block (its warps) and activation rows per block (`matmul.cu`).
 const MATMUL_WARPS: usize = 4;
 const MATMUL_ROWS: usize = 8;
+/// Warps sharing one output row of the 8-bit matmul (`matmul_q8.cu`), not its gated pair.
+const Q8_SPLIT: usize = 2;
 /// Rows up to which a matmul runs on 8-bit activations (in passes of MATMUL_ROWS): decode
 /// and draft verification. Longer prefills keep f32 activations.
 const Q8_MAX_ROWS: usize = 16;

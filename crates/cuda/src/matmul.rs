@@ -3,7 +3,7 @@
 //! cuBLAS, and the f32 kernel for the rest (the exact mode, the types without either).
 use crate::device::{cuda_err, launch_1d, DevWeight};
 use crate::step::Arg;
-use crate::{kernels, CudaBackend, Q8Scratch, MATMUL_ROWS, MATMUL_WARPS, Q8_MAX_ROWS};
+use crate::{kernels, CudaBackend, Q8Scratch, MATMUL_ROWS, MATMUL_WARPS, Q8_MAX_ROWS, Q8_SPLIT};
 use cudarc::driver::LaunchConfig;
 use ishizuki_core::backend::Activation;
 use ishizuki_core::{Backend, Buffer, Error, LoadedWeight, Result};
@@ -149,8 +149,7 @@ impl CudaBackend {
                 return Err(Error::Shape("cuda: an 8-bit group of mixed weights".into()));
             }
             (wp[i], op[i], n[i]) = (self.ptr(&d.data), *out, w.n_out as i32);
-            // Q8_SPLIT (2) warps per output row
-            blocks += w.n_out.div_ceil(MATMUL_WARPS / 2);
+            blocks += w.n_out.div_ceil(MATMUL_WARPS / Q8_SPLIT);
         }
         let mut args: Vec<Arg> = wp.iter().chain(&op).map(|&p| Arg::U64(p)).collect();
         args.extend(n.map(Arg::I32));
@@ -226,7 +225,8 @@ impl CudaBackend {
     }
 }
 
-/// `blocks` of MATMUL_WARPS warps (a warp per output row) for each MATMUL_ROWS activation rows.
+/// `blocks` of MATMUL_WARPS warps (one or Q8_SPLIT per output row) for each MATMUL_ROWS
+/// activation rows.
 fn grid(blocks: usize, rows: usize) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (blocks as u32, rows.div_ceil(MATMUL_ROWS) as u32, 1),
