@@ -3,7 +3,7 @@
 # Llama-3.1-8B-shaped Q4_K_M (and with Q8=1 a Q8_0) synthesized there, `ishizuki bench` (pp512,
 # tg128, rows 1..16, tg128 at depth 4096, tg128 without graphs), per-kernel times by ncu, and
 # with LLAMA=1 llama-bench built from the packed source on the same files. Logs go to $OUT.
-#   OUT=/tmp/out [LLAMA=1] [Q8=1] bash bench/cuda-run.sh [DIR]
+#   OUT=/tmp/out [LLAMA=1] [Q8=1] [NCU_KERNELS=regex] bash bench/cuda-run.sh [DIR]
 set -uo pipefail
 root=$(pwd)
 dir=${1:-$root/.device}
@@ -51,6 +51,11 @@ ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -
 [ -n "$ncu" ] && timeout 90 "$ncu" --clock-control none --metrics gpu__time_duration.sum \
     --launch-skip 300 --launch-count 1000 --print-summary per-kernel \
     "$b/ishizuki" bench -m $q4 --device cuda -p 0 -n 4 -r 1 >"$out/ncu.txt" 2>&1
+# bandwidth, occupancy and stall reasons of the decode matmuls (NCU_KERNELS, a regex)
+[ -n "$ncu" ] && [ -n "${NCU_KERNELS:-}" ] && timeout 120 "$ncu" --clock-control none \
+    --kernel-name "regex:${NCU_KERNELS}" --launch-skip 40 --launch-count 6 \
+    --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
+    "$b/ishizuki" bench -m $q4 --device cuda -p 0 -n 4 -r 1 >"$out/ncu-detail.txt" 2>&1
 if [ "${LLAMA:-0}" = 1 ]; then
     wait $llama
     tail -1 "$out/llama-build.log"

@@ -146,3 +146,39 @@ pub fn launch_1d(n: u64) -> LaunchConfig {
         shared_mem_bytes: 0,
     }
 }
+
+impl crate::CudaBackend {
+    /// `w`'s rows uploaded as they are, then repacked by `repack` into planar rows padded to
+    /// 16 bytes; the device copy and its row stride.
+    pub(crate) fn upload_planar(
+        &self,
+        repack: &cudarc::driver::CudaFunction,
+        w: &ishizuki_core::backend::WeightView,
+        row_bytes: usize,
+    ) -> Result<(CudaSlice<u8>, usize)> {
+        let stride = row_bytes.next_multiple_of(16);
+        let (raw, data) = {
+            let _hold = self.launcher.hold();
+            let raw = self.stream.clone_htod(w.data).map_err(cuda_err)?;
+            let data = self
+                .stream
+                .alloc_zeros::<u8>(stride * w.n_out)
+                .map_err(cuda_err)?;
+            (raw, data)
+        };
+        let nb = w.n_in / w.ty.block_size();
+        let args = [
+            crate::step::Arg::U64(self.ptr(&raw)),
+            crate::step::Arg::U64(self.ptr(&data)),
+            crate::step::Arg::I32(w.n_out as i32),
+            crate::step::Arg::I32(nb as i32),
+            crate::step::Arg::U64(row_bytes as u64),
+            crate::step::Arg::U64(stride as u64),
+        ];
+        // SAFETY: raw holds n_out rows of row_bytes (nb blocks), data n_out rows of stride
+        unsafe { self.go(repack, launch_1d((w.n_out * nb) as u64), &args)? };
+        // raw's free is ordered on the stream after the repack
+        drop(raw);
+        Ok((data, stride))
+    }
+}

@@ -65,22 +65,62 @@ pub fn f16_gemm_takes(ty: GgmlType) -> bool {
 /// Types with a few-row matmul on 8-bit activations (`matmul_q8.cu`).
 pub const Q8_ACTIVATION_TYPES: [GgmlType; 3] = [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0];
 
-/// `matmul_<type>_q8_f32`: `ty` weights, 8-bit activations in, f32 out; None when the type
-/// has no such kernel.
-pub fn q8_matmul_name(ty: GgmlType) -> Option<String> {
+/// Types whose rows the GPU keeps planar (`dequant.cuh`), repacked at load so lanes load 16
+/// aligned bytes.
+pub const PLANAR_TYPES: [GgmlType; 2] = [GgmlType::Q6_K, GgmlType::Q8_0];
+
+/// `repack_<type>_planar_<type>`: ggml's rows of `ty` into its planar rows; None when the
+/// type stays as ggml lays it out.
+pub fn repack_name(ty: GgmlType) -> Option<String> {
     let n = weight_type_name(ty)?;
-    Q8_ACTIVATION_TYPES
+    PLANAR_TYPES
         .contains(&ty)
-        .then(|| format!("matmul_{n}_q8_f32"))
+        .then(|| format!("repack_{n}_planar_{n}"))
 }
 
-/// `matmul_glu_<type>_q8_f32`: the FFN's gated product of two `ty` weights on 8-bit
+/// Activation rows of the 8-bit kernels' instantiations (a launch takes the smallest that
+/// holds its rows, up to the last, which passes over more in blocks of it).
+pub const Q8_ROW_VARIANTS: [usize; 4] = [1, 2, 4, 8];
+
+/// `matmul_<type>_q8_f32_r<R>`: `ty` weights, 8-bit activations in, f32 out, R rows a block;
+/// None when the type has no such kernel.
+pub fn q8_matmul_name(ty: GgmlType, rows: usize) -> Option<String> {
+    q8_name("matmul", ty, rows)
+}
+
+/// `matmul_glu_<type>_q8_f32_r<R>`: the FFN's gated product of two `ty` weights on 8-bit
 /// activations, f32 out.
-pub fn q8_glu_name(ty: GgmlType) -> Option<String> {
+pub fn q8_glu_name(ty: GgmlType, rows: usize) -> Option<String> {
+    q8_name("matmul_glu", ty, rows)
+}
+
+fn q8_name(kind: &str, ty: GgmlType, rows: usize) -> Option<String> {
     let n = weight_type_name(ty)?;
-    Q8_ACTIVATION_TYPES
-        .contains(&ty)
-        .then(|| format!("matmul_glu_{n}_q8_f32"))
+    (Q8_ACTIVATION_TYPES.contains(&ty) && Q8_ROW_VARIANTS.contains(&rows))
+        .then(|| format!("{kind}_{n}_q8_f32_r{rows}"))
+}
+
+/// The 8-bit entry points of a type, one per row variant.
+fn q8_entry_points(ty: GgmlType) -> String {
+    let id = ty as u32;
+    let mut src = String::new();
+    for r in Q8_ROW_VARIANTS {
+        let (Some(name), Some(glu)) = (q8_matmul_name(ty, r), q8_glu_name(ty, r)) else {
+            return String::new();
+        };
+        src += &format!(
+            "extern \"C\" __global__ void {name}(const u8* w0, const u8* w1, const u8* w2, \
+             float* out0, float* out1, float* out2, int n0, int n1, int n2, const i8* xq, \
+             const float* xd, int n_in, int rows, u64 row_bytes) {{ \
+             matmul_q8_body<{id}, {r}>(w0, w1, w2, out0, out1, out2, n0, n1, n2, xq, xd, n_in, \
+             rows, row_bytes); }}\n\
+             extern \"C\" __global__ void {glu}(const u8* wg, const u8* wu, const i8* xq, \
+             const float* xd, float* out, int n_out, int n_in, int rows, u64 row_bytes, \
+             int act) {{ matmul_glu_q8_body<{id}, {r}>(wg, wu, xq, xd, out, n_out, n_in, rows, \
+             row_bytes, act); }}\n"
+        );
+    }
+    src
 }
 
 /// The source of `ty`'s module: the shared header, the dequantiser, the templates and their
@@ -89,21 +129,17 @@ pub fn weight_module_source(ty: GgmlType) -> Option<String> {
     let (matmul, embed) = weight_kernel_names(ty)?;
     let dequant = dequant_name(ty)?;
     let id = ty as u32;
-    let q8 = match q8_matmul_name(ty) {
-        Some(name) => format!(
-            "{MATMUL_Q8}\nextern \"C\" __global__ void {name}(const u8* w0, const u8* w1, \
-             const u8* w2, float* out0, float* out1, float* out2, int n0, int n1, int n2, \
-             const i8* xq, const float* xd, int n_in, int rows, u64 row_bytes) {{ \
-             matmul_q8_body<{id}>(w0, w1, w2, out0, out1, out2, n0, n1, n2, xq, xd, n_in, rows, \
-             row_bytes); }}\n\
-             extern \"C\" __global__ void {glu}(const u8* wg, const u8* wu, const i8* xq, \
-             const float* xd, float* out, int n_out, int n_in, int rows, u64 row_bytes, \
-             int act) {{ matmul_glu_q8_body<{id}>(wg, wu, xq, xd, out, n_out, n_in, rows, \
-             row_bytes, act); }}\n",
-            glu = q8_glu_name(ty).unwrap_or_default()
-        ),
-        None => String::new(),
+    let mut q8 = match q8_entry_points(ty) {
+        e if e.is_empty() => e,
+        e => format!("{MATMUL_Q8}\n{e}"),
     };
+    if let Some(repack) = repack_name(ty) {
+        q8 += &format!(
+            "extern \"C\" __global__ void {repack}(const u8* src, u8* dst, int n_rows, int nb, \
+             u64 src_row, u64 dst_row) {{ \
+             repack_planar_body<{id}>(src, dst, n_rows, nb, src_row, dst_row); }}\n"
+        );
+    }
     Some(format!(
         "{COMMON}\n{DEQUANT}\n{MATMUL}\n{q8}\n\
          extern \"C\" __global__ void {matmul}(const u8* w, const float* x, float* out, \
@@ -144,10 +180,12 @@ pub struct WeightKernels {
     pub matmul: CudaFunction,
     pub embed: CudaFunction,
     /// The few-row matmul on 8-bit activations (up to three weights a launch), for the types
-    /// that have one, and its gated pair.
-    pub matmul_q8: Option<CudaFunction>,
-    pub matmul_glu_q8: Option<CudaFunction>,
+    /// that have one, and its gated pair: one per Q8_ROW_VARIANTS entry.
+    pub matmul_q8: Option<Vec<CudaFunction>>,
+    pub matmul_glu_q8: Option<Vec<CudaFunction>>,
     pub dequant_f16: CudaFunction,
+    /// ggml's rows into planar ones, for the PLANAR_TYPES.
+    pub repack: Option<CudaFunction>,
 }
 
 fn load(
@@ -209,18 +247,22 @@ impl WeightKernels {
             target,
             cache,
         )?;
-        let matmul_q8 = q8_matmul_name(ty)
-            .map(|name| function(&m, &name))
-            .transpose()?;
-        let matmul_glu_q8 = q8_glu_name(ty)
-            .map(|name| function(&m, &name))
-            .transpose()?;
+        let variants = |name: fn(GgmlType, usize) -> Option<String>| {
+            Q8_ROW_VARIANTS
+                .iter()
+                .map(|&r| name(ty, r).map(|n| function(&m, &n)))
+                .collect::<Option<Result<Vec<_>>>>()
+                .transpose()
+        };
+        let matmul_q8 = variants(q8_matmul_name)?;
+        let matmul_glu_q8 = variants(q8_glu_name)?;
         Ok(Some(WeightKernels {
             matmul_glu_q8,
             matmul: function(&m, &matmul)?,
             embed: function(&m, &embed)?,
             matmul_q8,
             dequant_f16: function(&m, &dequant_name(ty).unwrap_or_default())?,
+            repack: repack_name(ty).map(|n| function(&m, &n)).transpose()?,
         }))
     }
 }
@@ -239,15 +281,23 @@ mod tests {
             let src = weight_module_source(ty).unwrap();
             assert!(src.contains(&format!("void {matmul}(")), "{ty}");
             assert!(src.contains(&format!("matmul_body<{}>", ty as u32)), "{ty}");
-            if let Some(q8) = q8_matmul_name(ty) {
-                assert_eq!(q8, format!("matmul_{name}_q8_f32"));
-                assert!(
-                    src.contains(&format!("matmul_q8_body<{}>", ty as u32)),
-                    "{ty}"
-                );
-                let glu = q8_glu_name(ty).unwrap();
-                assert_eq!(glu, format!("matmul_glu_{name}_q8_f32"));
+            for r in Q8_ROW_VARIANTS {
+                let Some(q8) = q8_matmul_name(ty, r) else {
+                    assert!(!Q8_ACTIVATION_TYPES.contains(&ty), "{ty}");
+                    continue;
+                };
+                assert_eq!(q8, format!("matmul_{name}_q8_f32_r{r}"));
+                assert!(src.contains(&format!("void {q8}(")), "{ty}");
+                let body = format!("matmul_q8_body<{}, {r}>", ty as u32);
+                assert!(src.contains(&body), "{ty}");
+                let glu = q8_glu_name(ty, r).unwrap();
+                assert_eq!(glu, format!("matmul_glu_{name}_q8_f32_r{r}"));
                 assert!(src.contains(&format!("void {glu}(")), "{ty}");
+            }
+            assert!(q8_matmul_name(ty, 3).is_none(), "{ty}");
+            match repack_name(ty) {
+                Some(r) => assert!(src.contains(&format!("void {r}(")), "{ty}"),
+                None => assert!(!PLANAR_TYPES.contains(&ty), "{ty}"),
             }
             assert!(sources.insert(src), "{ty}'s module is another type's");
         }
@@ -261,7 +311,6 @@ mod tests {
         for (src, line) in [
             (MATMUL, format!("#define MATMUL_ROWS {MATMUL_ROWS}\n")),
             (MATMUL, format!("#define MATMUL_WARPS {MATMUL_WARPS}\n")),
-            (MATMUL_Q8, format!("#define Q8_ROWS {MATMUL_ROWS}\n")),
             (MATMUL_Q8, format!("#define Q8_WARPS {MATMUL_WARPS}\n")),
             (MATMUL_Q8, format!("#define Q8_SPLIT {Q8_SPLIT}\n")),
             (

@@ -291,8 +291,13 @@ impl Backend for CudaBackend {
         if kernels.matmul_q8.is_some() && !self.exact {
             self.reserve_q8(w.n_in)?;
         }
-        let _hold = self.launcher.hold();
-        let data = self.stream.clone_htod(w.data).map_err(cuda_err)?;
+        let (data, row_bytes) = match &kernels.repack {
+            Some(repack) => self.upload_planar(repack, w, row_bytes)?,
+            None => {
+                let _hold = self.launcher.hold();
+                (self.stream.clone_htod(w.data).map_err(cuda_err)?, row_bytes)
+            }
+        };
         consumed(w.data);
         let bytes = w.data.len();
         let dev = DevWeight {
@@ -721,14 +726,27 @@ impl CudaBackend {
             return Ok(());
         }
         let wp = self.buf(w, w.len(), "rms_norm")?;
+        let width = w.len();
+        // decode rows are quantized for the matmul that reads them next (the scratch held so
+        // no other matmul's quantization lands between)
+        let slot = self.q8_scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let q8 = slot
+            .as_ref()
+            .filter(|s| {
+                !self.exact && rows <= Q8_MAX_ROWS && width.is_multiple_of(32) && s.n_in >= width
+            })
+            .map(|s| (self.ptr(&s.q), self.ptr(&s.d)));
+        let (qp, dp) = q8.unwrap_or((0, 0));
         let args = [
             Arg::U64(x),
             Arg::U64(delta),
             Arg::U64(out),
             Arg::U64(wp),
-            Arg::I32(w.len() as i32),
+            Arg::I32(width as i32),
             Arg::F32(eps),
             Arg::I32((kind == NormKind::RmsPlusOne) as i32),
+            Arg::U64(qp),
+            Arg::U64(dp),
         ];
         // a thread per 4 elements, so a row is one step of float4 loads
         let threads = w.len().div_ceil(4).next_multiple_of(32).clamp(32, 1024) as u32;
@@ -736,8 +754,13 @@ impl CudaBackend {
             block_dim: (threads, 1, 1),
             ..Self::per_row(rows)
         };
-        // SAFETY: x, delta and out hold rows x width (checked by the callers)
-        unsafe { self.go(&self.ops.rms_norm, cfg, &args) }
+        // SAFETY: x, delta and out hold rows x width (checked by the callers); the scratch
+        // Q8_MAX_ROWS >= rows rows of width
+        unsafe { self.go(&self.ops.rms_norm, cfg, &args)? };
+        if q8.is_some() {
+            self.launcher.set_quantized((out, rows, width));
+        }
+        Ok(())
     }
 
     /// The split-K partials' address, grown to `n` f32s.

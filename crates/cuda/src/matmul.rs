@@ -2,9 +2,10 @@
 //! quantization and up to three a launch, the FFN's gated pair in one kernel), prefill through
 //! cuBLAS, and the f32 kernel for the rest (the exact mode, the types without either).
 use crate::device::{cuda_err, launch_1d, DevWeight};
+use crate::kernels::Q8_ROW_VARIANTS;
 use crate::step::Arg;
 use crate::{kernels, CudaBackend, Q8Scratch, MATMUL_ROWS, MATMUL_WARPS, Q8_MAX_ROWS, Q8_SPLIT};
-use cudarc::driver::LaunchConfig;
+use cudarc::driver::{CudaFunction, LaunchConfig};
 use ishizuki_core::backend::Activation;
 use ishizuki_core::{Backend, Buffer, Error, LoadedWeight, Result};
 
@@ -53,6 +54,9 @@ impl CudaBackend {
             .filter(|s| s.n_in >= n_in)
             .ok_or_else(|| Error::Backend("cuda: no 8-bit activation scratch".into()))?;
         let (qp, dp) = (self.ptr(&s.q), self.ptr(&s.d));
+        if self.launcher.take_quantized((x, rows, n_in)) {
+            return Ok((qp, dp));
+        }
         let n_blocks = (rows * n_in / 32) as u64;
         let args = [Arg::U64(x), Arg::U64(qp), Arg::U64(dp), Arg::U64(n_blocks)];
         // SAFETY: x holds rows x n_in f32s; the scratch Q8_MAX_ROWS >= rows rows of n_in
@@ -136,10 +140,9 @@ impl CudaBackend {
     ) -> Result<()> {
         let first = group[0].0;
         let dw = first.get::<DevWeight>()?;
-        let f = dw
-            .kernels
-            .matmul_q8
-            .as_ref()
+        let variants = dw.kernels.matmul_q8.as_ref();
+        let (f, per) = variants
+            .and_then(|v| q8_variant(v, rows))
             .ok_or_else(|| Error::Backend(format!("cuda: {} has no 8-bit matmul", first.ty)))?;
         let (mut wp, mut op, mut n) = ([0u64; Q8_GROUP], [0u64; Q8_GROUP], [0i32; Q8_GROUP]);
         let mut blocks = 0;
@@ -160,7 +163,7 @@ impl CudaBackend {
             Arg::I32(rows as i32),
             Arg::U64(dw.row_bytes as u64),
         ]);
-        let cfg = grid(blocks, rows);
+        let cfg = grid(blocks, rows, per);
         // SAFETY: each weight holds n_out rows of row_bytes (one type and width); the scratch
         // holds rows x n_in; each output rows x its n_out
         unsafe { self.go(f, cfg, &args) }
@@ -180,7 +183,8 @@ impl CudaBackend {
         let [wg, wu] = ws;
         let pair = (wg.ty, wg.n_out, wg.n_in) == (wu.ty, wu.n_out, wu.n_in);
         let glu = wg.get::<DevWeight>()?.kernels.matmul_glu_q8.as_ref();
-        let Some(f) = glu.filter(|_| pair && rows > 0 && self.takes_q8(wg, rows)) else {
+        let glu = glu.filter(|_| pair && rows > 0 && self.takes_q8(wg, rows));
+        let Some((f, per)) = glu.and_then(|v| q8_variant(v, rows)) else {
             self.matmul_many(&ws, x, rows, &mut [&mut *gate, &mut *up])?;
             return self.glu(gate, up, rows * wg.n_out, act);
         };
@@ -201,7 +205,7 @@ impl CudaBackend {
             Arg::U64(dg.row_bytes as u64),
             Arg::I32(matches!(act, Activation::GeGluTanh) as i32),
         ];
-        let cfg = grid(wg.n_out.div_ceil(MATMUL_WARPS), rows);
+        let cfg = grid(wg.n_out.div_ceil(MATMUL_WARPS), rows, per);
         // SAFETY: both weights hold n_out rows of row_bytes; the scratch rows x n_in; gate
         // rows x n_out
         unsafe { self.go(f, cfg, &args) }
@@ -219,17 +223,27 @@ impl CudaBackend {
             Arg::I32(rows as i32),
             Arg::U64(dw.row_bytes as u64),
         ];
-        let cfg = grid(w.n_out.div_ceil(MATMUL_WARPS), rows);
+        let cfg = grid(w.n_out.div_ceil(MATMUL_WARPS), rows, MATMUL_ROWS);
         // SAFETY: the weight holds n_out rows of row_bytes; x and out were checked by callers
         unsafe { self.go(&dw.kernels.matmul, cfg, &args) }
     }
 }
 
-/// `blocks` of MATMUL_WARPS warps (one or Q8_SPLIT per output row) for each MATMUL_ROWS
-/// activation rows.
-fn grid(blocks: usize, rows: usize) -> LaunchConfig {
+/// The 8-bit kernel of `variants` (one per Q8_ROW_VARIANTS entry) for `rows`, and the rows
+/// each of its blocks takes: the smallest that holds them all, else the largest.
+fn q8_variant(variants: &[CudaFunction], rows: usize) -> Option<(&CudaFunction, usize)> {
+    let i = Q8_ROW_VARIANTS
+        .iter()
+        .position(|&r| r >= rows)
+        .unwrap_or(Q8_ROW_VARIANTS.len() - 1);
+    Some((variants.get(i)?, Q8_ROW_VARIANTS[i]))
+}
+
+/// `blocks` of MATMUL_WARPS warps (one or Q8_SPLIT per output row) for each `per` activation
+/// rows.
+fn grid(blocks: usize, rows: usize, per: usize) -> LaunchConfig {
     LaunchConfig {
-        grid_dim: (blocks as u32, rows.div_ceil(MATMUL_ROWS) as u32, 1),
+        grid_dim: (blocks as u32, rows.div_ceil(per) as u32, 1),
         block_dim: (32 * MATMUL_WARPS as u32, 1, 1),
         shared_mem_bytes: 0,
     }

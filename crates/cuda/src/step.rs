@@ -120,6 +120,9 @@ pub struct Launcher {
     no_graphs: AtomicBool,
     captured: AtomicUsize,
     replayed: AtomicUsize,
+    /// (address, rows, width) of the activations whose 8-bit form the quantization scratch
+    /// holds, written by the last launch; any other launch or stream use forgets it.
+    quantized: Mutex<Option<(u64, usize, usize)>>,
 }
 
 impl Launcher {
@@ -131,7 +134,23 @@ impl Launcher {
             no_graphs: AtomicBool::new(!graphs),
             captured: AtomicUsize::new(0),
             replayed: AtomicUsize::new(0),
+            quantized: Mutex::new(None),
         }
+    }
+
+    /// Notes that the launch just made left `key`'s activations quantized in the scratch.
+    pub fn set_quantized(&self, key: (u64, usize, usize)) {
+        *self.quantized.lock().unwrap_or_else(|e| e.into_inner()) = Some(key);
+    }
+
+    /// Whether the scratch holds `key`'s quantized activations (forgotten once asked).
+    pub fn take_quantized(&self, key: (u64, usize, usize)) -> bool {
+        let mut q = self.quantized.lock().unwrap_or_else(|e| e.into_inner());
+        q.take() == Some(key)
+    }
+
+    fn forget_quantized(&self) {
+        *self.quantized.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// Steps captured as graphs, and graph launches (a capture's first run included).
@@ -146,6 +165,7 @@ impl Launcher {
 
     /// The shared hold on the stream (none while this thread captures it).
     pub fn hold(&self) -> Option<RwLockReadGuard<'_, ()>> {
+        self.forget_quantized();
         if CAPTURING.with(|c| *c.borrow()) == self.id() {
             return None;
         }
@@ -170,6 +190,7 @@ impl Launcher {
     /// `args` must match `f`'s parameters and every pointer in them must cover what the
     /// kernel reads and writes under `cfg`.
     pub unsafe fn launch(&self, f: &CudaFunction, cfg: LaunchConfig, args: &[Arg]) -> Result<()> {
+        self.forget_quantized();
         let recorded = RECORDING.with(|r| match r.borrow_mut().as_mut() {
             Some(rec) if rec.launcher == self.id() => {
                 let l = &mut rec.launches;

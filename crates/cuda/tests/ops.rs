@@ -1,7 +1,7 @@
 //! One body per op run on both backends: CUDA against the exact CPU backend (f32 arithmetic on
 //! dequantized weights) by normalised mean squared error, for every weight type with a CUDA
-//! kernel and rows 1, 2, 8, 16 and 512. Without a GPU these skip, unless ISHIZUKI_REQUIRE_CUDA
-//! is set (the GPU host), where that is a failure.
+//! kernel and rows 1, 2, 3, 8, 16 and 512 (3: the 8-bit kernels' 4-row variant). Without a GPU
+//! these skip, unless ISHIZUKI_REQUIRE_CUDA is set (the GPU host), where that is a failure.
 use ishizuki_core::backend::{Activation, AttnParams, NormKind, RopeKind, WeightView};
 use ishizuki_core::quant::quantize_row;
 use ishizuki_core::{
@@ -12,7 +12,7 @@ use ishizuki_cuda::kernels::{f16_gemm_takes, Q8_ACTIVATION_TYPES, WEIGHT_TYPES};
 use ishizuki_cuda::CudaBackend;
 use std::sync::{Arc, OnceLock};
 
-const ROWS: [usize; 5] = [1, 2, 8, 16, 512];
+const ROWS: [usize; 6] = [1, 2, 3, 8, 16, 512];
 
 fn gpu() -> Option<&'static CudaBackend> {
     static GPU: OnceLock<Option<CudaBackend>> = OnceLock::new();
@@ -162,12 +162,14 @@ fn matmul_and_embed_match_the_cpu_for_every_weight_type() {
     let cpu = CpuBackend::exact(2);
     let mut rng = Rng(0x9e3779b97f4a7c15);
     // n_out not a multiple of a block's output rows; n_in two K-quant super-blocks, and for
-    // 32-blocks a row that ends inside a 256-wide unit of the 8-bit kernel
+    // 32-blocks a row that ends inside a warp step of the 8-bit kernel; rows of 37 and 301
+    // blocks take several passes of its loads, the last one partial; odd block counts pad
+    // planar rows
     for (ty, _) in WEIGHT_TYPES {
         let widths: &[usize] = if ty.block_size() == 32 {
-            &[512, 288]
+            &[512, 288, 9632]
         } else {
-            &[512]
+            &[512, 9472]
         };
         for &n_in in widths {
             let n_out = 101;
@@ -216,7 +218,8 @@ fn matmul_and_embed_match_the_cpu_for_every_weight_type() {
 fn a_row_gives_the_same_bits_in_any_verification_batch() {
     let Some(cuda) = gpu() else { return };
     let mut rng = Rng(7);
-    let (n_out, n_in) = (64, 512);
+    // 37 K-quant blocks, 296 32-blocks: several passes of the 8-bit kernel's loads
+    let (n_out, n_in) = (64, 9472);
     for ty in [
         GgmlType::Q4_K,
         GgmlType::Q6_K,
@@ -322,13 +325,14 @@ fn the_gated_pair_matches_the_cpu_and_the_unfused_ops() {
     let Some(cuda) = gpu() else { return };
     let cpu = CpuBackend::exact(2);
     let mut rng = Rng(57);
-    let (n_out, n_in) = (72, 512);
-    for ty in [
+    let n_out = 72;
+    let cases = [
         GgmlType::Q4_K,
         GgmlType::Q6_K,
         GgmlType::Q8_0,
         GgmlType::Q5_0,
-    ] {
+    ];
+    for (ty, n_in) in cases.into_iter().flat_map(|t| [(t, 512), (t, 9472)]) {
         let (bg, bu) = (
             Arc::new(weights(ty, n_out, n_in, &mut rng)),
             Arc::new(weights(ty, n_out, n_in, &mut rng)),
@@ -353,7 +357,7 @@ fn the_gated_pair_matches_the_cpu_and_the_unfused_ops() {
                     host(be, &gate, n)
                 };
                 let got = fused(cuda, &gg, &ug);
-                let what = format!("matmul_glu {ty} {act:?} rows {rows}");
+                let what = format!("matmul_glu {ty} n_in {n_in} {act:?} rows {rows}");
                 let tol = if rows <= 16 {
                     2.0 * Q8_ACTIVATION_NMSE
                 } else {
@@ -607,5 +611,54 @@ fn bad_shapes_and_foreign_handles_are_errors() {
     assert!(
         cuda.write_kv(&mut kv, 0, &k, &k, &late).is_err(),
         "a position past the capacity"
+    );
+}
+
+/// A decode norm leaves its output quantized for the next matmul: that matmul gives the bits
+/// of one on a copy (quantized by itself), and an op writing the output in between makes the
+/// matmul quantize again.
+#[test]
+fn a_norm_quantizes_for_the_next_matmul_only() {
+    let Some(cuda) = gpu() else { return };
+    let cpu = CpuBackend::exact(2);
+    let mut rng = Rng(91);
+    let (n_out, n_in, rows) = (48, 1024, 2);
+    let bytes = Arc::new(weights(GgmlType::Q4_K, n_out, n_in, &mut rng));
+    let (wg, wc) = (
+        load(cuda, GgmlType::Q4_K, n_out, n_in, &bytes),
+        load(&cpu, GgmlType::Q4_K, n_out, n_in, &bytes),
+    );
+    let (x, g, y) = (rng.vec(rows * n_in), rng.vec(n_in), rng.vec(rows * n_in));
+    let gb = cuda.load_vector(&g).unwrap();
+    let normed = |touch: bool| {
+        let mut xb = cuda.load_vector(&x).unwrap();
+        let mut out = cuda.alloc(rows * n_in).unwrap();
+        let kind = NormKind::Rms;
+        cuda.add_rms_norm(&mut xb, None, &mut out, rows, &gb, 1e-6, kind)
+            .unwrap();
+        if touch {
+            cuda.add(&mut out, &cuda.load_vector(&y).unwrap(), rows * n_in)
+                .unwrap();
+        }
+        let mut mm = cuda.alloc(rows * n_out).unwrap();
+        cuda.matmul(&wg, &out, rows, &mut mm).unwrap();
+        (host(cuda, &out, rows * n_in), host(cuda, &mm, rows * n_out))
+    };
+    let matmul_of = |be: &dyn Backend, w: &LoadedWeight, v: &[f32]| {
+        let mut mm = be.alloc(rows * n_out).unwrap();
+        be.matmul(w, &be.load_vector(v).unwrap(), rows, &mut mm)
+            .unwrap();
+        host(be, &mm, rows * n_out)
+    };
+    let (out, fused) = normed(false);
+    assert_eq!(fused, matmul_of(cuda, &wg, &out), "fused quantization");
+    let (touched, after) = normed(true);
+    assert_eq!(after, matmul_of(cuda, &wg, &touched), "after a write");
+    let tol = Q8_ACTIVATION_NMSE;
+    assert_close(
+        "after a write, the CPU",
+        &after,
+        &matmul_of(&cpu, &wc, &touched),
+        tol,
     );
 }

@@ -1,6 +1,7 @@
-// dq_sub<TY>(row, s, v): the 32 values of sub-block s (elements 32s..32s+31) of a weight row
-// stored in ggml type TY (its GgmlType number), in f32. Formulas are ggml's (see
-// ishizuki-core's quant blocks).
+// dq_sub<TY>(row, s, n_sub, v): the 32 values of sub-block s (elements 32s..32s+31) of a
+// weight row of n_sub sub-blocks stored in ggml type TY (its GgmlType number), in f32.
+// Formulas are ggml's (see ishizuki-core's quant blocks). Q6_K and Q8_0 rows are planar here
+// (the planes below, repacked at load).
 #define T_F32 0
 #define T_F16 1
 #define T_Q4_0 2
@@ -43,8 +44,57 @@ __device__ __forceinline__ void scale_min_k4(int j, const u8* q, float* sc, floa
     }
 }
 
+// Planar rows (`repack_planar_body`), so lanes load 16 aligned bytes: a Q6_K row of nb blocks
+// is every block's ql (128 B), then every qh (64 B), scales (16 B) and d (2 B); a Q8_0 row
+// every block's qs (32 B), then every d. Device rows are padded to 16 bytes.
+__device__ __forceinline__ const u8* q6k_ql(const u8* row, int b) { return row + 128 * b; }
+__device__ __forceinline__ const u8* q6k_qh(const u8* row, int nb, int b) {
+    return row + 128 * nb + 64 * b;
+}
+__device__ __forceinline__ const u8* q6k_sc(const u8* row, int nb, int b) {
+    return row + 192 * nb + 16 * b;
+}
+__device__ __forceinline__ const u8* q6k_d(const u8* row, int nb, int b) {
+    return row + 208 * nb + 2 * b;
+}
+__device__ __forceinline__ const u8* q80_qs(const u8* row, int b) { return row + 32 * b; }
+__device__ __forceinline__ const u8* q80_d(const u8* row, int nb, int b) {
+    return row + 32 * nb + 2 * b;
+}
+
+// block b of row r
 template <int TY>
-__device__ __forceinline__ void dq_sub(const u8* row, int s, float* v) {
+__device__ __forceinline__ void repack_block(const u8* src, u8* dst, int r, int nb, int b,
+                                             u64 src_row, u64 dst_row) {
+    u8* row = dst + (u64)r * dst_row;
+    if constexpr (TY == T_Q6_K) {
+        const u8* s = src + (u64)r * src_row + 210 * (u64)b;
+        u8 *ql = row + 128 * b, *qh = (u8*)q6k_qh(row, nb, b), *sc = (u8*)q6k_sc(row, nb, b);
+        u8* d = (u8*)q6k_d(row, nb, b);
+        for (int j = 0; j < 128; j++) ql[j] = s[j];
+        for (int j = 0; j < 64; j++) qh[j] = s[128 + j];
+        for (int j = 0; j < 16; j++) sc[j] = s[192 + j];
+        d[0] = s[208], d[1] = s[209];
+    } else if constexpr (TY == T_Q8_0) {
+        const u8* s = src + (u64)r * src_row + 34 * (u64)b;
+        u8 *qs = row + 32 * b, *d = (u8*)q80_d(row, nb, b);
+        d[0] = s[0], d[1] = s[1];
+        for (int j = 0; j < 32; j++) qs[j] = s[2 + j];
+    }
+}
+
+// ggml's rows (src, src_row bytes apart) of a planar type into planes (dst, dst_row apart), a
+// thread per block
+template <int TY>
+__device__ void repack_planar_body(const u8* __restrict__ src, u8* __restrict__ dst, int n_rows,
+                                   int nb, u64 src_row, u64 dst_row) {
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < (u64)n_rows * nb;
+         i += (u64)gridDim.x * blockDim.x)
+        repack_block<TY>(src, dst, (int)(i / nb), nb, (int)(i % nb), src_row, dst_row);
+}
+
+template <int TY>
+__device__ __forceinline__ void dq_sub(const u8* row, int s, int n_sub, float* v) {
     if constexpr (TY == T_F32) {
         const float* p = (const float*)row + 32 * s;
 #pragma unroll
@@ -96,10 +146,10 @@ __device__ __forceinline__ void dq_sub(const u8* row, int s, float* v) {
             v[j + 16] = hi * d + m;
         }
     } else if constexpr (TY == T_Q8_0) {
-        const u8* b = row + 34 * s;
-        float d = ld_f16(b);
+        const i8* q = (const i8*)q80_qs(row, s);
+        float d = f16_to_f32(*(const u16*)q80_d(row, n_sub, s));
 #pragma unroll
-        for (int j = 0; j < 32; j++) v[j] = (float)(i8)b[2 + j] * d;
+        for (int j = 0; j < 32; j++) v[j] = (float)q[j] * d;
     } else if constexpr (TY == T_Q4_K) {
         // block: d, dmin (f16), scales[12], qs[128]; sub-block t uses nibbles (t&1) of qs[32(t/2)..]
         const u8* b = row + 144 * (s / 8);
@@ -174,13 +224,12 @@ __device__ __forceinline__ void dq_sub(const u8* row, int s, float* v) {
         int high = (ld_u16(b + 2) >> (2 * ib)) & 3;
         iq4_group(b + 8 + 16 * ib, ld_f16(b) * ((low | (high << 4)) - 32), v);
     } else if constexpr (TY == T_Q6_K) {
-        // block: ql[128], qh[64], scales[16] (i8), d; halves of 128, quarters of 32
-        const u8* b = row + 210 * (s / 8);
-        int t = s % 8, n = t / 4, qq = t % 4;
-        const u8* ql = b + 64 * n + (qq & 1) * 32;
-        const u8* qh = b + 128 + 32 * n;
-        const i8* sc = (const i8*)(b + 192) + 8 * n + 2 * qq;
-        float d = ld_f16(b + 208);
+        // halves of 128, quarters of 32, on the planes
+        int nb = n_sub / 8, b = s / 8, t = s % 8, n = t / 4, qq = t % 4;
+        const u8* ql = q6k_ql(row, b) + 64 * n + (qq & 1) * 32;
+        const u8* qh = q6k_qh(row, nb, b) + 32 * n;
+        const i8* sc = (const i8*)q6k_sc(row, nb, b) + 8 * n + 2 * qq;
+        float d = f16_to_f32(*(const u16*)q6k_d(row, nb, b));
         int lshift = 4 * (qq / 2), hshift = 2 * qq;
 #pragma unroll
         for (int l = 0; l < 32; l++) {

@@ -22,7 +22,7 @@ __device__ void matmul_body(const u8* __restrict__ w, const float* __restrict__ 
     int n_sub = n_in / 32;
     for (int s = lane; s < n_sub; s += WARP) {
         float v[32];
-        dq_sub<TY>(wr, s, v);
+        dq_sub<TY>(wr, s, n_sub, v);
 #pragma unroll
         for (int r = 0; r < MATMUL_ROWS; r++) {
             if (r < n_rows) {
@@ -55,7 +55,7 @@ __device__ void embed_body(const u8* __restrict__ table, const u32* __restrict__
     const u8* wr = table + (u64)tokens[r] * row_bytes;
     for (int s = threadIdx.x; s < n_in / 32; s += blockDim.x) {
         float v[32];
-        dq_sub<TY>(wr, s, v);
+        dq_sub<TY>(wr, s, n_in / 32, v);
 #pragma unroll
         for (int i = 0; i < 32; i++) out[(u64)r * n_in + 32 * s + i] = v[i];
     }
@@ -72,7 +72,7 @@ __device__ void dequant_f16_body(const u8* __restrict__ w, u16* __restrict__ out
          i += (u64)gridDim.x * blockDim.x) {
         int r = (int)(i / n_sub), s = (int)(i % n_sub);
         float v[32];
-        dq_sub<TY>(w + (u64)(row0 + r) * row_bytes, s, v);
+        dq_sub<TY>(w + (u64)(row0 + r) * row_bytes, s, n_sub, v);
         // 64 contiguous bytes as four 16-byte stores
         uint4* o = (uint4*)(out + (u64)r * n_in + 32 * s);
 #pragma unroll

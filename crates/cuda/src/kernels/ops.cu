@@ -1,10 +1,27 @@
 // Norms, element-wise ops, rope, the KV write, row gathers and argmax, all f32 activations
 // (KV f16). Every kernel takes its sizes as arguments; none depends on a model's shape.
 
+// out's 32-blocks to int8 as quantize_q8_f32_i8 does (the same bits), `per` (4 or 1)
+// consecutive values a thread, the block's threads consecutive lanes; every lane calls it
+__device__ __forceinline__ void quantize_q8_part(const float* v, int per, bool on, u64 at,
+                                                 i8* q, float* qd) {
+    float amax = 0.0f;
+    for (int j = 0; j < per; j++) amax = fmaxf(amax, on ? fabsf(v[j]) : 0.0f);
+    for (int o = 32 / per / 2; o > 0; o >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    float scale = amax / 127.0f;
+    float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+    if (!on) return;
+    for (int j = 0; j < per; j++) q[at + j] = (i8)__float2int_rn(v[j] * inv);
+    if (at % 32 == 0) qd[at / 32] = scale;
+}
+
 // block per row; x += delta when given (written back), then out = x * rsqrt(mean(x^2) + eps) *
-// (w or 1 + w). out may be x.
+// (w or 1 + w). out may be x. With q (width a multiple of 32), out is also quantized into
+// q, qd, the decode matmul's 8-bit activations, sparing it a launch.
 extern "C" __global__ void rms_norm_f32_f32(float* x, const float* delta, float* out,
-                                            const float* w, int width, float eps, int plus_one) {
+                                            const float* w, int width, float eps, int plus_one,
+                                            i8* q, float* qd) {
     __shared__ float partial[32];
     float* xr = x + (u64)blockIdx.x * width;
     float* outr = out + (u64)blockIdx.x * width;
@@ -42,16 +59,24 @@ extern "C" __global__ void rms_norm_f32_f32(float* x, const float* delta, float*
     }
     __syncthreads();
     float scale = rsqrtf(partial[0] / width + eps);
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        if (vec) {
-            float4 v = ((float4*)xr)[i], g = ((const float4*)w)[i];
+    u64 row0 = (u64)blockIdx.x * width;
+    // every thread walks every pass, so the quantizer's shuffles see whole warps
+    for (int base = 0; base < n; base += blockDim.x) {
+        int i = base + threadIdx.x;
+        bool on = i < n;
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (on && vec) {
+            float4 xv = ((float4*)xr)[i], g = ((const float4*)w)[i];
             if (plus_one) g.x += 1.0f, g.y += 1.0f, g.z += 1.0f, g.w += 1.0f;
-            ((float4*)outr)[i] = make_float4(v.x * scale * g.x, v.y * scale * g.y,
-                                             v.z * scale * g.z, v.w * scale * g.w);
-        } else {
+            v[0] = xv.x * scale * g.x, v[1] = xv.y * scale * g.y;
+            v[2] = xv.z * scale * g.z, v[3] = xv.w * scale * g.w;
+            ((float4*)outr)[i] = make_float4(v[0], v[1], v[2], v[3]);
+        } else if (on) {
             float g = plus_one ? 1.0f + w[i] : w[i];
-            outr[i] = xr[i] * scale * g;
+            v[0] = xr[i] * scale * g;
+            outr[i] = v[0];
         }
+        if (q) quantize_q8_part(v, vec ? 4 : 1, on, row0 + (u64)i * (vec ? 4 : 1), q, qd);
     }
 }
 
