@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU host, from the repository root, after bench/cuda-pack.sh: the CUDA tests, a
 # Llama-3.1-8B-shaped Q4_K_M (and with Q8=1 a Q8_0) synthesized there, `ishizuki bench` (pp512,
-# tg128, rows 1..16, tg128 at depth 4096, tg128 without graphs), per-kernel times by ncu, and
-# with LLAMA=1 llama-bench built from the packed source on the same files. Logs go to $OUT.
+# tg128, rows 1..16, tg128 at depth 4096, tg128 without graphs and without PDL), per-kernel
+# times by ncu, and with LLAMA=1 llama-bench built from the packed source on the same files.
+# Logs go to $OUT.
 #   OUT=/tmp/out [LLAMA=1] [Q8=1] [NCU_KERNELS=regex] bash bench/cuda-run.sh [DIR]
 set -uo pipefail
 root=$(pwd)
@@ -47,6 +48,7 @@ bench -m $q4 -p 0 -n 0 --rows 1,2,4,8,16 -r 3
 bench -m $q4 -p 0 -n 128 -d 4096 -r 2
 [ "${Q8:-0}" = 1 ] && bench -m $q8 -p 512 -n 128 -r 3
 ISHIZUKI_CUDA_GRAPHS=0 bench -m $q4 -p 0 -n 128 -r 1
+ISHIZUKI_CUDA_PDL=0 bench -m $q4 -p 0 -n 128 -r 2
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "$ncu" ] && timeout 90 "$ncu" --clock-control none --metrics gpu__time_duration.sum \
     --launch-skip 300 --launch-count 1000 --print-summary per-kernel \

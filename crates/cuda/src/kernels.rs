@@ -111,12 +111,12 @@ fn q8_entry_points(ty: GgmlType) -> String {
         src += &format!(
             "extern \"C\" __global__ void {name}(const u8* w0, const u8* w1, const u8* w2, \
              float* out0, float* out1, float* out2, int n0, int n1, int n2, const i8* xq, \
-             const float* xd, int n_in, int rows, u64 row_bytes) {{ \
+             const float* xd, int n_in, int rows, u64 row_bytes) {{ PDL_ENTER(); \
              matmul_q8_body<{id}, {r}>(w0, w1, w2, out0, out1, out2, n0, n1, n2, xq, xd, n_in, \
              rows, row_bytes); }}\n\
              extern \"C\" __global__ void {glu}(const u8* wg, const u8* wu, const i8* xq, \
              const float* xd, float* out, int n_out, int n_in, int rows, u64 row_bytes, \
-             int act) {{ matmul_glu_q8_body<{id}, {r}>(wg, wu, xq, xd, out, n_out, n_in, rows, \
+             int act) {{ PDL_ENTER(); matmul_glu_q8_body<{id}, {r}>(wg, wu, xq, xd, out, n_out, n_in, rows, \
              row_bytes, act); }}\n"
         );
     }
@@ -136,19 +136,19 @@ pub fn weight_module_source(ty: GgmlType) -> Option<String> {
     if let Some(repack) = repack_name(ty) {
         q8 += &format!(
             "extern \"C\" __global__ void {repack}(const u8* src, u8* dst, int n_rows, int nb, \
-             u64 src_row, u64 dst_row) {{ \
+             u64 src_row, u64 dst_row) {{ PDL_ENTER(); \
              repack_planar_body<{id}>(src, dst, n_rows, nb, src_row, dst_row); }}\n"
         );
     }
     Some(format!(
         "{COMMON}\n{DEQUANT}\n{MATMUL}\n{q8}\n\
          extern \"C\" __global__ void {matmul}(const u8* w, const float* x, float* out, \
-         int n_out, int n_in, int rows, u64 row_bytes) {{ \
+         int n_out, int n_in, int rows, u64 row_bytes) {{ PDL_ENTER(); \
          matmul_body<{id}>(w, x, out, n_out, n_in, rows, row_bytes); }}\n\
          extern \"C\" __global__ void {embed}(const u8* table, const u32* tokens, float* out, \
-         int n_in, u64 row_bytes) {{ embed_body<{id}>(table, tokens, out, n_in, row_bytes); }}\n\
+         int n_in, u64 row_bytes) {{ PDL_ENTER(); embed_body<{id}>(table, tokens, out, n_in, row_bytes); }}\n\
          extern \"C\" __global__ void {dequant}(const u8* w, u16* out, int row0, int n_rows, \
-         int n_in, u64 row_bytes) {{ dequant_f16_body<{id}>(w, out, row0, n_rows, n_in, row_bytes); }}\n"
+         int n_in, u64 row_bytes) {{ PDL_ENTER(); dequant_f16_body<{id}>(w, out, row0, n_rows, n_in, row_bytes); }}\n"
     ))
 }
 
@@ -302,6 +302,28 @@ mod tests {
             assert!(sources.insert(src), "{ty}'s module is another type's");
         }
         assert!(weight_kernel_names(GgmlType::IQ2_XXS).is_none());
+    }
+
+    /// Every kernel waits for the one before it first: launched with PDL, one that did not
+    /// could read its input while it is still being written.
+    #[test]
+    fn every_kernel_waits_for_its_predecessor_first() {
+        let mut sources = vec![ops_module_source()];
+        sources.extend(
+            WEIGHT_TYPES
+                .iter()
+                .filter_map(|&(ty, _)| weight_module_source(ty)),
+        );
+        let mut kernels = 0;
+        for src in sources {
+            for (at, _) in src.match_indices("__global__ void") {
+                let body = &src[at..][src[at..].find('{').unwrap() + 1..];
+                let name = src[at..].split('(').next().unwrap();
+                assert!(body.trim_start().starts_with("PDL_ENTER();"), "{name}");
+                kernels += 1;
+            }
+        }
+        assert!(kernels >= 88, "{kernels} kernels");
     }
 
     /// The grids the Rust side launches are the ones the kernels index by.

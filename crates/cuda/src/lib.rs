@@ -67,6 +67,12 @@ pub struct CudaBackend {
     attn_part: Mutex<Option<CudaSlice<f32>>>,
 }
 
+/// Programmatic dependent launch (Hopper on): a kernel's launch and first blocks overlap the
+/// tail of the one before it.
+fn pdl_on(arch: u32) -> bool {
+    arch >= 90 && std::env::var_os("ISHIZUKI_CUDA_PDL").is_none_or(|v| v != "0")
+}
+
 /// `Q8_MAX_ROWS x n_in` int8 activations and their per-32 scales.
 struct Q8Scratch {
     q: CudaSlice<i8>,
@@ -76,7 +82,8 @@ struct Q8Scratch {
 
 impl CudaBackend {
     /// The GPU `ordinal`, its ops module compiled (or read from `cache`, a directory).
-    /// `ISHIZUKI_CUDA_GRAPHS=0` turns off the replay of captured decode steps.
+    /// `ISHIZUKI_CUDA_GRAPHS=0` turns off the replay of captured decode steps,
+    /// `ISHIZUKI_CUDA_PDL=0` programmatic dependent launches.
     pub fn new(ordinal: usize, cache: Option<PathBuf>) -> Result<CudaBackend> {
         let (ctx, info) = device::open(ordinal)?;
         // a stream of our own: the legacy default stream cannot be captured into a graph
@@ -89,7 +96,7 @@ impl CudaBackend {
         let gemm = gemm::Gemm::new(stream.clone());
         let graphs = std::env::var_os("ISHIZUKI_CUDA_GRAPHS").is_none_or(|v| v != "0");
         Ok(CudaBackend {
-            launcher: Launcher::new(stream.clone(), graphs),
+            launcher: Launcher::new(stream.clone(), graphs, pdl_on(info.arch)),
             ctx,
             stream,
             target,
@@ -114,7 +121,7 @@ impl CudaBackend {
 
     /// Every step launched kernel by kernel (as `ISHIZUKI_CUDA_GRAPHS=0`).
     pub fn without_graphs(mut self) -> CudaBackend {
-        self.launcher = Launcher::new(self.stream.clone(), false);
+        self.launcher = Launcher::new(self.stream.clone(), false, pdl_on(self.info.arch));
         self
     }
 

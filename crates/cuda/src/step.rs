@@ -26,6 +26,15 @@ pub enum Arg {
 }
 
 impl Arg {
+    /// The parameter's bytes as a u64 (a 4-byte one in the low half).
+    fn value(self) -> u64 {
+        match self {
+            Arg::U64(v) => v,
+            Arg::I32(v) => v as u32 as u64,
+            Arg::F32(v) => v.to_bits() as u64,
+        }
+    }
+
     fn bits(self) -> u64 {
         match self {
             Arg::U64(v) => v,
@@ -120,15 +129,19 @@ pub struct Launcher {
     no_graphs: AtomicBool,
     captured: AtomicUsize,
     replayed: AtomicUsize,
+    /// Kernels launched with programmatic stream serialization (PDL): each may start while
+    /// the one before it finishes, and waits for it (`PDL_WAIT`) before touching memory.
+    pdl: bool,
     /// (address, rows, width) of the activations whose 8-bit form the quantization scratch
     /// holds, written by the last launch; any other launch or stream use forgets it.
     quantized: Mutex<Option<(u64, usize, usize)>>,
 }
 
 impl Launcher {
-    pub fn new(stream: Arc<CudaStream>, graphs: bool) -> Launcher {
+    pub fn new(stream: Arc<CudaStream>, graphs: bool, pdl: bool) -> Launcher {
         Launcher {
             stream,
+            pdl,
             gate: RwLock::new(()),
             graphs: Mutex::new(GraphCache::new()),
             no_graphs: AtomicBool::new(!graphs),
@@ -207,6 +220,10 @@ impl Launcher {
             return Ok(());
         }
         let _hold = self.hold();
+        if self.pdl {
+            // SAFETY: the caller's contract
+            return unsafe { self.launch_pdl(f, cfg, args) };
+        }
         let mut b = self.stream.launch_builder(f);
         for a in args {
             match a {
@@ -218,6 +235,40 @@ impl Launcher {
         // SAFETY: the caller's contract
         unsafe { b.launch(cfg) }.map_err(cuda_err)?;
         Ok(())
+    }
+
+    /// `launch` through cuLaunchKernelEx with programmatic stream serialization allowed.
+    ///
+    /// # Safety
+    /// As `launch`; every kernel waits on its predecessor (`PDL_WAIT`) before its first access.
+    unsafe fn launch_pdl(&self, f: &CudaFunction, cfg: LaunchConfig, args: &[Arg]) -> Result<()> {
+        self.stream.context().bind_to_thread().map_err(cuda_err)?;
+        // each parameter's bytes (little-endian: a 4-byte one is the low half of its u64)
+        let mut values: Vec<u64> = args.iter().map(|a| a.value()).collect();
+        let mut params: Vec<*mut std::ffi::c_void> =
+            values.iter_mut().map(|v| v as *mut u64 as *mut _).collect();
+        // SAFETY: plain data; zero is a valid bit pattern for the attribute
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let (g, b) = (cfg.grid_dim, cfg.block_dim);
+        let config = sys::CUlaunchConfig {
+            gridDimX: g.0,
+            gridDimY: g.1,
+            gridDimZ: g.2,
+            blockDimX: b.0,
+            blockDimY: b.1,
+            blockDimZ: b.2,
+            sharedMemBytes: cfg.shared_mem_bytes,
+            hStream: self.stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        let null = std::ptr::null_mut();
+        // SAFETY: params point at live values matching f's parameters (the caller's contract)
+        unsafe { sys::cuLaunchKernelEx(&config, f.cu_function(), params.as_mut_ptr(), null) }
+            .result()
+            .map_err(cuda_err)
     }
 
     /// Runs one forward's ops (`record`): as a graph replay when its launches equal a captured

@@ -16,6 +16,7 @@ extern "C" __global__ void attention_f32_f16(const float* q, const u16* k_plane,
                                              int capacity, int n_head, int n_head_kv,
                                              int head_dim, float scale, int window,
                                              float softcap, int chunk) {
+    PDL_ENTER();
     __shared__ float s_m[ATTN_WARPS], s_l[ATTN_WARPS];
     __shared__ float s_acc[ATTN_WARPS][32 * ATTN_MAX_CHUNKS];
     int h = blockIdx.x, r = blockIdx.y, split = blockIdx.z, rows = gridDim.y;
@@ -86,6 +87,7 @@ extern "C" __global__ void attention_f32_f16(const float* q, const u16* k_plane,
 // block per (head, row): the splits' partials of attention_f32_f16 merged in split order
 extern "C" __global__ void attention_merge_f32(const float* part, float* out, int n_head,
                                                int head_dim, int n_split) {
+    PDL_ENTER();
     int h = blockIdx.x, r = blockIdx.y, rows = gridDim.y;
     u64 head = (u64)r * n_head + h;
     u64 stride = (u64)rows * n_head * (head_dim + 2);

@@ -8,6 +8,15 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 
 #define WARP 32
+
+// Programmatic dependent launch, the first statement of every kernel: wait until the grid
+// before has finished (its writes visible), then let the next one launch, so a launch and
+// its first blocks overlap the tail of the kernel before. No-ops in a launch without it.
+#if __CUDA_ARCH__ >= 900
+#define PDL_ENTER() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define PDL_ENTER()
+#endif
 #define INFINITY __int_as_float(0x7f800000)
 
 __device__ __forceinline__ float f16_to_f32(u16 h) {

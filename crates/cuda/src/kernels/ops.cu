@@ -22,6 +22,7 @@ __device__ __forceinline__ void quantize_q8_part(const float* v, int per, bool o
 extern "C" __global__ void rms_norm_f32_f32(float* x, const float* delta, float* out,
                                             const float* w, int width, float eps, int plus_one,
                                             i8* q, float* qd) {
+    PDL_ENTER();
     __shared__ float partial[32];
     float* xr = x + (u64)blockIdx.x * width;
     float* outr = out + (u64)blockIdx.x * width;
@@ -81,26 +82,31 @@ extern "C" __global__ void rms_norm_f32_f32(float* x, const float* delta, float*
 }
 
 extern "C" __global__ void add_bias_f32(float* x, const float* b, int width, u64 n) {
+    PDL_ENTER();
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
         x[i] += b[i % width];
 }
 
 extern "C" __global__ void add_f32(float* x, const float* y, u64 n) {
+    PDL_ENTER();
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
         x[i] += y[i];
 }
 
 extern "C" __global__ void scale_f32(float* x, float s, u64 n) {
+    PDL_ENTER();
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
         x[i] *= s;
 }
 
 extern "C" __global__ void softcap_f32(float* x, float cap, u64 n) {
+    PDL_ENTER();
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
         x[i] = cap * tanhf(x[i] / cap);
 }
 
 extern "C" __global__ void glu_f32(float* gate, const float* up, u64 n, int act) {
+    PDL_ENTER();
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
         gate[i] = glu_of(gate[i], up[i], act);
 }
@@ -109,6 +115,7 @@ extern "C" __global__ void glu_f32(float* gate, const float* up, u64 n, int act)
 // the CPU's tables are. neox: element i pairs with i + head_dim/2, else 2i with 2i + 1.
 extern "C" __global__ void rope_f32(float* x, const u32* positions, int rows, int n_head,
                                     int head_dim, float theta, float freq_scale, int neox) {
+    PDL_ENTER();
     int half_dim = head_dim / 2;
     u64 total = (u64)rows * n_head * half_dim;
     for (u64 t = blockIdx.x * (u64)blockDim.x + threadIdx.x; t < total; t += (u64)gridDim.x * blockDim.x) {
@@ -132,6 +139,7 @@ extern "C" __global__ void rope_f32(float* x, const u32* positions, int rows, in
 extern "C" __global__ void write_kv_f32_f16(u16* k_plane, u16* v_plane, const float* k,
                                             const float* v, const u32* positions, int rows,
                                             int kv_width) {
+    PDL_ENTER();
     u64 total = (u64)rows * kv_width;
     for (u64 t = blockIdx.x * (u64)blockDim.x + threadIdx.x; t < total; t += (u64)gridDim.x * blockDim.x) {
         int r = t / kv_width, j = t % kv_width;
@@ -144,6 +152,7 @@ extern "C" __global__ void write_kv_f32_f16(u16* k_plane, u16* v_plane, const fl
 // dst (n, width) = the rows `which` of src
 extern "C" __global__ void gather_rows_f32(const float* src, float* dst, const u32* which, int n,
                                            int width) {
+    PDL_ENTER();
     u64 total = (u64)n * width;
     for (u64 t = blockIdx.x * (u64)blockDim.x + threadIdx.x; t < total; t += (u64)gridDim.x * blockDim.x) {
         u64 i = t / width, j = t % width;
@@ -154,6 +163,7 @@ extern "C" __global__ void gather_rows_f32(const float* src, float* dst, const u
 // block per row: the index of the largest value, the lowest of equals, NaN never chosen; 0 when
 // the row holds only NaN (the CPU's `argmax`)
 extern "C" __global__ void argmax_f32(const float* x, u32* out, int width) {
+    PDL_ENTER();
     __shared__ float best_v[32];
     __shared__ u32 best_i[32];
     const float* xr = x + (u64)blockIdx.x * width;
@@ -197,6 +207,7 @@ extern "C" __global__ void argmax_f32(const float* x, u32* out, int width) {
 // x (n_blocks x 32) -> int8 q and one f32 scale d per 32-block (x ~ d * q, q in -127..127,
 // rounded to nearest even); a warp per block, a lane per element.
 extern "C" __global__ void quantize_q8_f32_i8(const float* x, i8* q, float* d, u64 n_blocks) {
+    PDL_ENTER();
     int lane = threadIdx.x % WARP;
     u64 stride = (u64)gridDim.x * blockDim.x / WARP;
     for (u64 block = (blockIdx.x * (u64)blockDim.x + threadIdx.x) / WARP; block < n_blocks;
@@ -213,6 +224,7 @@ extern "C" __global__ void quantize_q8_f32_i8(const float* x, i8* q, float* d, u
 // f32 -> f16, round to nearest even, saturating at f16's largest finite value (the prefill
 // GEMM's activation operand: an outlier clips instead of turning the product into inf)
 extern "C" __global__ void convert_f32_f16(const float* x, u16* out, u64 n) {
+    PDL_ENTER();
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
         out[i] = f32_to_f16(fminf(fmaxf(x[i], -65504.0f), 65504.0f));
 }
