@@ -1,6 +1,7 @@
 //! CUDA backend: the driver and NVRTC opened at run time (cudarc), kernels compiled at load for
 //! the weight types present and cached on disk, activations, weights and the KV cache in device
 //! memory. A forward uploads its metadata once and reads back only what the caller asks for.
+mod attention;
 pub mod compile;
 mod device;
 mod gemm;
@@ -549,81 +550,7 @@ impl Backend for CudaBackend {
         p: &AttnParams,
         out: &mut Buffer,
     ) -> Result<()> {
-        let shape = kv.shape;
-        check_kv(&shape, layer, meta)?;
-        if p.head_dim != shape.head_dim
-            || p.n_head_kv != shape.n_head_kv
-            || p.n_head_kv == 0
-            || !p.n_head.is_multiple_of(p.n_head_kv)
-        {
-            return Err(Error::Shape(format!(
-                "attention: {p:?} over a KV cache of {shape:?}"
-            )));
-        }
-        if p.head_dim == 0 || p.head_dim > ATTN_MAX_HEAD_DIM {
-            return Err(Error::Backend(format!(
-                "cuda attention: head_dim {} is not in 1..={ATTN_MAX_HEAD_DIM}",
-                p.head_dim
-            )));
-        }
-        let rows = meta.rows();
-        let n = rows * p.n_head * p.head_dim;
-        let qp = self.buf(q, n, "attention")?;
-        let op = self.buf(out, n, "attention")?;
-        if rows == 0 {
-            return Ok(());
-        }
-        let (k_plane, v_plane) = self.planes(kv.get::<DevKv>()?, layer);
-        let m = self.meta_ptrs(meta)?;
-        let (chunk, splits) = attention_splits(shape.capacity, meta.n_kv, rows);
-        let part = if splits > 1 {
-            self.attn_partials(splits * rows * p.n_head * (p.head_dim + 2))?
-        } else {
-            op
-        };
-        let window = p.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
-        let args = [
-            Arg::U64(qp),
-            Arg::U64(k_plane),
-            Arg::U64(v_plane),
-            Arg::U64(op),
-            Arg::U64(part),
-            Arg::U64(m.positions),
-            Arg::U64(m.n_kv),
-            Arg::I32(shape.capacity.min(i32::MAX as usize) as i32),
-            Arg::I32(p.n_head as i32),
-            Arg::I32(p.n_head_kv as i32),
-            Arg::I32(p.head_dim as i32),
-            Arg::F32(p.scale),
-            Arg::I32(window),
-            Arg::F32(p.softcap.unwrap_or(0.0)),
-            Arg::I32(chunk.min(i32::MAX as usize) as i32),
-        ];
-        let cfg = LaunchConfig {
-            grid_dim: (p.n_head as u32, rows as u32, splits as u32),
-            block_dim: (ROW_THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: shapes checked against the cache and the buffers above; part holds splits x
-        // rows x n_head x (head_dim + 2)
-        unsafe { self.go(&self.ops.attention, cfg, &args)? };
-        if splits == 1 {
-            return Ok(());
-        }
-        let args = [
-            Arg::U64(part),
-            Arg::U64(op),
-            Arg::I32(p.n_head as i32),
-            Arg::I32(p.head_dim as i32),
-            Arg::I32(splits as i32),
-        ];
-        let cfg = LaunchConfig {
-            grid_dim: (p.n_head as u32, rows as u32, 1),
-            block_dim: (ROW_THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: part holds the splits' partials written above; out rows x n_head x head_dim
-        unsafe { self.go(&self.ops.attention_merge, cfg, &args) }
+        self.split_k_attention(q, kv, layer, meta, p, out)
     }
 
     fn glu(&self, gate: &mut Buffer, up: &Buffer, n: usize, act: Activation) -> Result<()> {
@@ -770,29 +697,11 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// The split-K partials' address, grown to `n` f32s.
-    fn attn_partials(&self, n: usize) -> Result<u64> {
-        let mut slot = self.attn_part.lock().unwrap_or_else(|e| e.into_inner());
-        let _hold = self.launcher.hold();
-        Ok(self.ptr(grown(&self.stream, &mut slot, n)?))
-    }
-
     /// `layer`'s K and V planes, `(capacity, n_head_kv * head_dim)` f16 each.
     fn planes(&self, kv: &DevKv, layer: usize) -> (u64, u64) {
         let base = self.ptr(&kv.data) + (layer * 2 * kv.plane * 2) as u64;
         (base, base + (kv.plane * 2) as u64)
     }
-}
-
-/// Split-K attention's keys per split and splits: few rows (decode, verification) split the
-/// keys in chunks fixed by the cache's capacity, so a row's splits never depend on its batch
-/// or on n_kv; prefill, with blocks enough in its rows, takes all keys in one split.
-fn attention_splits(capacity: usize, n_kv: usize, rows: usize) -> (usize, usize) {
-    if rows > Q8_MAX_ROWS {
-        return (capacity, 1);
-    }
-    let chunk = ATTN_MIN_CHUNK.max(capacity.div_ceil(ATTN_MAX_SPLITS).next_power_of_two());
-    (chunk, n_kv.min(capacity).div_ceil(chunk).max(1))
 }
 
 /// The layer exists and every row's position has a slot.
@@ -814,30 +723,4 @@ fn check_kv(shape: &KvShape, layer: usize, meta: &ForwardMeta) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn attention_splits_depend_on_capacity_not_on_rows_and_stay_bounded() {
-        for capacity in [1, 63, 64, 4224, 32768, 131072, 1 << 20] {
-            let (chunk, _) = attention_splits(capacity, 1, 1);
-            assert!(
-                chunk >= ATTN_MIN_CHUNK && chunk.is_power_of_two(),
-                "{capacity}"
-            );
-            for n_kv in [1, 64, 65, capacity / 2, capacity] {
-                for rows in [1, 2, 16] {
-                    let (c, splits) = attention_splits(capacity, n_kv, rows);
-                    assert_eq!(c, chunk, "the chunk of {capacity} keys moved with rows");
-                    assert!((1..=ATTN_MAX_SPLITS).contains(&splits), "{capacity} {n_kv}");
-                    assert!(c * splits >= n_kv.min(capacity), "keys left out");
-                }
-            }
-        }
-        assert_eq!(attention_splits(4224, 4097, 1), (64, 65));
-        assert_eq!(attention_splits(4224, 4097, 512), (4224, 1));
-    }
 }

@@ -130,7 +130,7 @@ pub struct Launcher {
     captured: AtomicUsize,
     replayed: AtomicUsize,
     /// Kernels launched with programmatic stream serialization (PDL): each may start while
-    /// the one before it finishes, and waits for it (`PDL_WAIT`) before touching memory.
+    /// the one before it finishes, and waits for it (`PDL_ENTER`) before touching memory.
     pdl: bool,
     /// (address, rows, width) of the activations whose 8-bit form the quantization scratch
     /// holds, written by the last launch; any other launch or stream use forgets it.
@@ -240,7 +240,7 @@ impl Launcher {
     /// `launch` through cuLaunchKernelEx with programmatic stream serialization allowed.
     ///
     /// # Safety
-    /// As `launch`; every kernel waits on its predecessor (`PDL_WAIT`) before its first access.
+    /// As `launch`; every kernel waits on its predecessor (`PDL_ENTER`) before its first access.
     unsafe fn launch_pdl(&self, f: &CudaFunction, cfg: LaunchConfig, args: &[Arg]) -> Result<()> {
         self.stream.context().bind_to_thread().map_err(cuda_err)?;
         // each parameter's bytes (little-endian: a 4-byte one is the low half of its u64)
