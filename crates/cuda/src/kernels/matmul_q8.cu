@@ -24,6 +24,26 @@ __device__ __forceinline__ float acc_fma(float acc, float dx, float t) {
     return __fmaf_rn(dx, t, acc);
 }
 
+// Two 16-element groups of a lane: int8 weights lo against x[0..16), hi against
+// x[gap..gap + 16) (four words each), and the plain sums of those x, for the offsets.
+struct Dot16x2 {
+    int lo, hi, sum_lo, sum_hi;
+};
+__device__ __forceinline__ Dot16x2 dot16x2(const int* lo, const int* hi, const i8* x, int gap) {
+    int4 x0 = *(const int4*)x, x1 = *(const int4*)(x + gap);
+    int xa[4] = {x0.x, x0.y, x0.z, x0.w}, xb[4] = {x1.x, x1.y, x1.z, x1.w};
+    const int ones = 0x01010101;
+    Dot16x2 t = {0, 0, 0, 0};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        t.lo = dp4a(lo[k], xa[k], t.lo);
+        t.hi = dp4a(hi[k], xb[k], t.hi);
+        t.sum_lo = dp4a(ones, xa[k], t.sum_lo);
+        t.sum_hi = dp4a(ones, xb[k], t.sum_hi);
+    }
+    return t;
+}
+
 // A lane's weights of one step, as loaded (ok: the lane has a unit in this step), and the
 // step's geometry: `per_step` units (blocks) a warp step of `elems` elements each.
 template <int TY> struct Q8Frag;
@@ -69,25 +89,21 @@ template <> struct Q8Frag<T_Q4_K> {
         }
         float ds0 = __fmul_rn(d, s[0]), dm0 = __fmul_rn(dmin, m[0]);
         float ds1 = __fmul_rn(d, s[1]), dm1 = __fmul_rn(dmin, m[1]);
-        const int ones = 0x01010101;
         int qw[4] = {(int)q.x, (int)q.y, (int)q.z, (int)q.w};
+        int v_lo[4], v_hi[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            v_lo[k] = qw[k] & 0x0F0F0F0F;
+            v_hi[k] = (qw[k] >> 4) & 0x0F0F0F0F;
+        }
 #pragma unroll
         for (int r = 0; r < R; r++) {
             if (r >= n_rows) break;
             const i8* xr = xq + (u64)r * n_in + elems * u + 64 * p + e0;
             const float* dr = xd + (u64)r * (n_in / 32) + 8 * u + 2 * p;
-            int4 x0 = *(const int4*)xr, x1 = *(const int4*)(xr + 32);
-            int xa[4] = {x0.x, x0.y, x0.z, x0.w}, xb[4] = {x1.x, x1.y, x1.z, x1.w};
-            int dot0 = 0, dot1 = 0, sum0 = 0, sum1 = 0;
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                dot0 = dp4a(qw[k] & 0x0F0F0F0F, xa[k], dot0);
-                dot1 = dp4a((qw[k] >> 4) & 0x0F0F0F0F, xb[k], dot1);
-                sum0 = dp4a(ones, xa[k], sum0);
-                sum1 = dp4a(ones, xb[k], sum1);
-            }
-            float t0 = __fmaf_rn(ds0, (float)dot0, -__fmul_rn(dm0, (float)sum0));
-            float t1 = __fmaf_rn(ds1, (float)dot1, -__fmul_rn(dm1, (float)sum1));
+            Dot16x2 t = dot16x2(v_lo, v_hi, xr, 32);
+            float t0 = __fmaf_rn(ds0, (float)t.lo, -__fmul_rn(dm0, (float)t.sum_lo));
+            float t1 = __fmaf_rn(ds1, (float)t.hi, -__fmul_rn(dm1, (float)t.sum_hi));
             acc[r] = acc_fma(acc_fma(acc[r], dr[0], t0), dr[1], t1);
         }
     }
@@ -132,24 +148,14 @@ template <> struct Q8Frag<T_Q6_K> {
             v_lo[k] = (lw[k] & 0x0F0F0F0F) | (((hw[k] >> shift) & 0x03030303) << 4);
             v_hi[k] = ((lw[k] >> 4) & 0x0F0F0F0F) | (((hw[k] >> (shift + 4)) & 0x03030303) << 4);
         }
-        const int ones = 0x01010101;
 #pragma unroll
         for (int r = 0; r < R; r++) {
             if (r >= n_rows) break;
             const i8* xr = xq + (u64)r * n_in + elems * u + e;
             const float* dr = xd + (u64)r * (n_in / 32) + 8 * u + e / 32;
-            int4 x0 = *(const int4*)xr, x1 = *(const int4*)(xr + 64);
-            int xa[4] = {x0.x, x0.y, x0.z, x0.w}, xb[4] = {x1.x, x1.y, x1.z, x1.w};
-            int dot0 = 0, dot1 = 0, sum0 = 0, sum1 = 0;
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                dot0 = dp4a(v_lo[k], xa[k], dot0);
-                dot1 = dp4a(v_hi[k], xb[k], dot1);
-                sum0 = dp4a(ones, xa[k], sum0);
-                sum1 = dp4a(ones, xb[k], sum1);
-            }
-            float t0 = __fmul_rn(s_lo, (float)(dot0 - 32 * sum0));
-            float t1 = __fmul_rn(s_hi, (float)(dot1 - 32 * sum1));
+            Dot16x2 t = dot16x2(v_lo, v_hi, xr, 64);
+            float t0 = __fmul_rn(s_lo, (float)(t.lo - 32 * t.sum_lo));
+            float t1 = __fmul_rn(s_hi, (float)(t.hi - 32 * t.sum_hi));
             acc[r] = acc_fma(acc_fma(acc[r], dr[0], t0), dr[2], t1);
         }
     }

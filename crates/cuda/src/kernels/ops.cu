@@ -1,18 +1,26 @@
 // Norms, element-wise ops, rope, the KV write, row gathers and argmax, all f32 activations
 // (KV f16). Every kernel takes its sizes as arguments; none depends on a model's shape.
 
-// out's 32-blocks to int8 as quantize_q8_f32_i8 does (the same bits), `per` (4 or 1)
-// consecutive values a thread, the block's threads consecutive lanes; every lane calls it
+// The 8-bit form of a 32-block whose largest magnitude is amax: its scale d (x ~ d * q, q in
+// -127..127), and v's q under that scale, rounded to nearest even. One formula for both
+// quantizers, so their bits agree.
+__device__ __forceinline__ float q8_scale(float amax) { return amax / 127.0f; }
+__device__ __forceinline__ i8 q8_round(float v, float scale) {
+    float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+    return (i8)__float2int_rn(v * inv);
+}
+
+// out's 32-blocks to int8 as quantize_q8_f32_i8 does, `per` (4 or 1) consecutive values a
+// thread, the block's threads consecutive lanes; every lane calls it
 __device__ __forceinline__ void quantize_q8_part(const float* v, int per, bool on, u64 at,
                                                  i8* q, float* qd) {
     float amax = 0.0f;
     for (int j = 0; j < per; j++) amax = fmaxf(amax, on ? fabsf(v[j]) : 0.0f);
     for (int o = 32 / per / 2; o > 0; o >>= 1)
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    float scale = amax / 127.0f;
-    float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+    float scale = q8_scale(amax);
     if (!on) return;
-    for (int j = 0; j < per; j++) q[at + j] = (i8)__float2int_rn(v[j] * inv);
+    for (int j = 0; j < per; j++) q[at + j] = q8_round(v[j], scale);
     if (at % 32 == 0) qd[at / 32] = scale;
 }
 
@@ -213,10 +221,8 @@ extern "C" __global__ void quantize_q8_f32_i8(const float* x, i8* q, float* d, u
     for (u64 block = (blockIdx.x * (u64)blockDim.x + threadIdx.x) / WARP; block < n_blocks;
          block += stride) {
         float v = x[block * WARP + lane];
-        float amax = warp_max(fabsf(v));
-        float scale = amax / 127.0f;
-        float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
-        q[block * WARP + lane] = (i8)__float2int_rn(v * inv);
+        float scale = q8_scale(warp_max(fabsf(v)));
+        q[block * WARP + lane] = q8_round(v, scale);
         if (lane == 0) d[block] = scale;
     }
 }
