@@ -167,13 +167,14 @@ impl crate::CudaBackend {
             (raw, data)
         };
         let nb = w.n_in / w.ty.block_size();
+        use crate::step::Arg;
         let args = [
-            crate::step::Arg::U64(self.ptr(&raw)),
-            crate::step::Arg::U64(self.ptr(&data)),
-            crate::step::Arg::I32(w.n_out as i32),
-            crate::step::Arg::I32(nb as i32),
-            crate::step::Arg::U64(row_bytes as u64),
-            crate::step::Arg::U64(stride as u64),
+            Arg::U64(self.ptr(&raw)),
+            Arg::U64(self.ptr(&data)),
+            Arg::I32(w.n_out as i32),
+            Arg::I32(nb as i32),
+            Arg::U64(row_bytes as u64),
+            Arg::U64(stride as u64),
         ];
         // SAFETY: raw holds n_out rows of row_bytes (nb blocks), data n_out rows of stride
         unsafe { self.go(repack, launch_1d((w.n_out * nb) as u64), &args)? };

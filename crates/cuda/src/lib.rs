@@ -666,9 +666,7 @@ impl CudaBackend {
         let slot = self.q8_scratch.lock().unwrap_or_else(|e| e.into_inner());
         let q8 = slot
             .as_ref()
-            .filter(|s| {
-                !self.exact && rows <= Q8_MAX_ROWS && width.is_multiple_of(32) && s.n_in >= width
-            })
+            .filter(|s| self.q8_rows(rows) && width.is_multiple_of(32) && s.n_in >= width)
             .map(|s| (self.ptr(&s.q), self.ptr(&s.d)));
         let (qp, dp) = q8.unwrap_or((0, 0));
         let args = [

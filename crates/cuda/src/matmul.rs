@@ -32,10 +32,15 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// Whether matmuls of `rows` rows run on 8-bit activations, for weights that have the
+    /// kernels (the decode norm quantizes its output for them on this too).
+    pub(crate) fn q8_rows(&self, rows: usize) -> bool {
+        !self.exact && rows <= Q8_MAX_ROWS
+    }
+
     /// Whether `w` runs on 8-bit activations at `rows`.
     fn takes_q8(&self, w: &LoadedWeight, rows: usize) -> bool {
-        !self.exact
-            && rows <= Q8_MAX_ROWS
+        self.q8_rows(rows)
             && w.get::<DevWeight>()
                 .is_ok_and(|d| d.kernels.matmul_q8.is_some())
     }
