@@ -53,6 +53,11 @@ ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -
 [ -n "$ncu" ] && timeout 90 "$ncu" --clock-control none --metrics gpu__time_duration.sum \
     --launch-skip 300 --launch-count 1000 --print-summary per-kernel \
     "$b/ishizuki" bench -m $q4 --device cuda -p 0 -n 4 -r 1 >"$out/ncu.txt" 2>&1
+# the decode attention at depth 4096, past the prefill's 8 chunks x 32 layers x 2 launches
+[ -n "$ncu" ] && timeout 120 "$ncu" --clock-control none --metrics gpu__time_duration.sum \
+    --kernel-name "regex:attention|rope_kv" --launch-skip 600 --launch-count 300 \
+    --print-summary per-kernel "$b/ishizuki" bench -m $q4 --device cuda -p 0 -n 8 -d 4096 -r 1 \
+    >"$out/ncu-depth.txt" 2>&1
 # bandwidth, occupancy and stall reasons of the decode matmuls (NCU_KERNELS, a regex)
 [ -n "$ncu" ] && [ -n "${NCU_KERNELS:-}" ] && timeout 120 "$ncu" --clock-control none \
     --kernel-name "regex:${NCU_KERNELS}" --launch-skip 40 --launch-count 6 \

@@ -1,11 +1,12 @@
-//! Decode and prefill attention over the f16 KV planes: split-K for few rows, its partials
-//! merged in split order.
-use crate::device::{grown, DevKv};
+//! The KV write fused with rope, and decode and prefill attention over the f16 KV planes:
+//! split-K for few rows, its partials merged in split order.
+use crate::device::{grown, launch_1d, DevKv};
+use crate::kernels::ATTN_HEAD_VARIANTS;
 use crate::step::Arg;
 use crate::{check_kv, CudaBackend, ATTN_MAX_HEAD_DIM, ATTN_MAX_SPLITS, ATTN_MIN_CHUNK};
 use crate::{Q8_MAX_ROWS, ROW_THREADS};
 use cudarc::driver::LaunchConfig;
-use ishizuki_core::backend::AttnParams;
+use ishizuki_core::backend::{AttnParams, RopeKind, RopeParams};
 use ishizuki_core::{Buffer, Error, ForwardMeta, KvStore, Result};
 
 impl CudaBackend {
@@ -70,14 +71,17 @@ impl CudaBackend {
             Arg::F32(p.softcap.unwrap_or(0.0)),
             Arg::I32(chunk.min(i32::MAX as usize) as i32),
         ];
+        // a block per KV head and group of query heads sharing it
+        let (variant, heads) = attention_variant(p.n_head / p.n_head_kv);
+        let groups = (p.n_head / p.n_head_kv).div_ceil(heads);
         let cfg = LaunchConfig {
-            grid_dim: (p.n_head as u32, rows as u32, splits as u32),
+            grid_dim: ((p.n_head_kv * groups) as u32, rows as u32, splits as u32),
             block_dim: (ROW_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
         // SAFETY: shapes checked against the cache and the buffers above; part holds splits x
         // rows x n_head x (head_dim + 2)
-        unsafe { self.go(&self.ops.attention, cfg, &args)? };
+        unsafe { self.go(&self.ops.attention[variant], cfg, &args)? };
         if splits == 1 {
             return Ok(());
         }
@@ -97,12 +101,63 @@ impl CudaBackend {
         unsafe { self.go(&self.ops.attention_merge, cfg, &args) }
     }
 
+    /// `Backend::rope_write_kv` in one launch (`rope_kv_f32_f16`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn fused_rope_write_kv(
+        &self,
+        q: &mut Buffer,
+        k: &mut Buffer,
+        v: &Buffer,
+        n_head: usize,
+        kv: &mut KvStore,
+        layer: usize,
+        meta: &ForwardMeta,
+        rope: RopeParams,
+    ) -> Result<()> {
+        let shape = kv.shape;
+        check_kv(&shape, layer, meta)?;
+        let (rows, width) = (meta.rows(), shape.n_head_kv * shape.head_dim);
+        let qp = self.buf(q, rows * n_head * shape.head_dim, "rope_write_kv")?;
+        let kp = self.buf(k, rows * width, "rope_write_kv")?;
+        let vp = self.buf(v, rows * width, "rope_write_kv")?;
+        let (k_plane, v_plane) = self.planes(kv.get::<DevKv>()?, layer);
+        let m = self.meta_ptrs(meta)?;
+        let args = [
+            Arg::U64(qp),
+            Arg::U64(kp),
+            Arg::U64(vp),
+            Arg::U64(k_plane),
+            Arg::U64(v_plane),
+            Arg::U64(m.positions),
+            Arg::I32(rows as i32),
+            Arg::I32(n_head as i32),
+            Arg::I32(shape.n_head_kv as i32),
+            Arg::I32(shape.head_dim as i32),
+            Arg::F32(rope.theta),
+            Arg::F32(rope.freq_scale),
+            Arg::I32((rope.kind == RopeKind::Neox) as i32),
+        ];
+        let pairs = rows * (n_head + shape.n_head_kv) * (shape.head_dim / 2);
+        // SAFETY: q, k, v hold their rows (checked); every position is below the capacity
+        unsafe { self.go(&self.ops.rope_kv, launch_1d(pairs as u64), &args) }
+    }
+
     /// The split-K partials' address, grown to `n` f32s.
     fn attn_partials(&self, n: usize) -> Result<u64> {
         let mut slot = self.attn_part.lock().unwrap_or_else(|e| e.into_inner());
         let _hold = self.launcher.hold();
         Ok(self.ptr(grown(&self.stream, &mut slot, n)?))
     }
+}
+
+/// The attention entry point (its ATTN_HEAD_VARIANTS index) and heads a block for `group`
+/// query heads a KV head: the fewest that hold them, the most in several blocks past that.
+fn attention_variant(group: usize) -> (usize, usize) {
+    let i = ATTN_HEAD_VARIANTS
+        .iter()
+        .position(|&g| g >= group)
+        .unwrap_or(ATTN_HEAD_VARIANTS.len() - 1);
+    (i, ATTN_HEAD_VARIANTS[i])
 }
 
 /// Split-K attention's keys per split and splits: few rows (decode, verification) split the
@@ -119,6 +174,17 @@ fn attention_splits(capacity: usize, n_kv: usize, rows: usize) -> (usize, usize)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_block_takes_the_fewest_heads_that_hold_its_group() {
+        let heads = |g| attention_variant(g).1;
+        assert_eq!([1, 2, 3, 4, 5, 7, 8].map(heads), [1, 2, 4, 4, 8, 8, 8]);
+        assert_eq!(heads(16), 8, "two blocks of 8");
+        for g in 1..40 {
+            let (i, h) = attention_variant(g);
+            assert_eq!(ATTN_HEAD_VARIANTS[i], h);
+        }
+    }
 
     #[test]
     fn attention_splits_depend_on_capacity_not_on_rows_and_stay_bounded() {
@@ -138,6 +204,7 @@ mod tests {
             }
         }
         assert_eq!(attention_splits(4224, 4097, 1), (64, 65));
+        assert_eq!(ATTN_MAX_SPLITS, 128, "the merge's thread per split");
         assert_eq!(attention_splits(4224, 4097, 512), (4224, 1));
     }
 }

@@ -82,6 +82,9 @@ pub fn repack_name(ty: GgmlType) -> Option<String> {
 /// holds its rows, up to the last, which passes over more in blocks of it).
 pub const Q8_ROW_VARIANTS: [usize; 4] = [1, 2, 4, 8];
 
+/// Query heads of one KV head that an attention block takes (`attention_f32_f16_g<G>`).
+pub const ATTN_HEAD_VARIANTS: [usize; 4] = [1, 2, 4, 8];
+
 /// `matmul_<type>_q8_f32_r<R>`: `ty` weights, 8-bit activations in, f32 out, R rows a block;
 /// None when the type has no such kernel.
 pub fn q8_matmul_name(ty: GgmlType, rows: usize) -> Option<String> {
@@ -166,10 +169,12 @@ pub struct OpKernels {
     pub softcap: CudaFunction,
     pub glu: CudaFunction,
     pub rope: CudaFunction,
+    pub rope_kv: CudaFunction,
     pub write_kv: CudaFunction,
     pub gather_rows: CudaFunction,
     pub argmax: CudaFunction,
-    pub attention: CudaFunction,
+    /// One per ATTN_HEAD_VARIANTS entry: the query heads a block takes.
+    pub attention: Vec<CudaFunction>,
     pub attention_merge: CudaFunction,
     pub quantize_q8: CudaFunction,
     pub convert_f16: CudaFunction,
@@ -216,10 +221,14 @@ impl OpKernels {
             softcap: function(&m, "softcap_f32")?,
             glu: function(&m, "glu_f32")?,
             rope: function(&m, "rope_f32")?,
+            rope_kv: function(&m, "rope_kv_f32_f16")?,
             write_kv: function(&m, "write_kv_f32_f16")?,
             gather_rows: function(&m, "gather_rows_f32")?,
             argmax: function(&m, "argmax_f32")?,
-            attention: function(&m, "attention_f32_f16")?,
+            attention: ATTN_HEAD_VARIANTS
+                .iter()
+                .map(|g| function(&m, &format!("attention_f32_f16_g{g}")))
+                .collect::<Result<_>>()?,
             attention_merge: function(&m, "attention_merge_f32")?,
             quantize_q8: function(&m, "quantize_q8_f32_i8")?,
             convert_f16: function(&m, "convert_f32_f16")?,
@@ -329,7 +338,9 @@ mod tests {
     /// The grids the Rust side launches are the ones the kernels index by.
     #[test]
     fn the_kernels_shape_constants_are_the_launchers() {
-        use crate::{ATTN_MAX_HEAD_DIM, MATMUL_ROWS, MATMUL_WARPS, Q8_SPLIT};
+        use crate::{
+            ATTN_MAX_HEAD_DIM, ATTN_MAX_SPLITS, MATMUL_ROWS, MATMUL_WARPS, Q8_SPLIT, ROW_THREADS,
+        };
         for (src, line) in [
             (MATMUL, format!("#define MATMUL_ROWS {MATMUL_ROWS}\n")),
             (MATMUL, format!("#define MATMUL_WARPS {MATMUL_WARPS}\n")),
@@ -337,8 +348,13 @@ mod tests {
             (MATMUL_Q8, format!("#define Q8_SPLIT {Q8_SPLIT}\n")),
             (
                 ATTENTION,
-                format!("#define ATTN_MAX_CHUNKS {}\n", ATTN_MAX_HEAD_DIM / 32),
+                format!("#define ATTN_MAX_DIM {ATTN_MAX_HEAD_DIM}\n"),
             ),
+            (
+                ATTENTION,
+                format!("#define ATTN_MAX_SPLITS {ATTN_MAX_SPLITS}\n"),
+            ),
+            (ATTENTION, format!("#define ATTN_THREADS {ROW_THREADS}\n")),
         ] {
             assert!(src.contains(&line), "a kernel lacks {line:?}");
         }

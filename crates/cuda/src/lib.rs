@@ -16,7 +16,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr
 use device::{
     cuda_err, grown, launch_1d, DevBuf, DevKv, DevMeta, DevWeight, MetaPool, META_POOLED,
 };
-use ishizuki_core::backend::{too_small, Activation, AttnParams, NormKind, RopeKind};
+use ishizuki_core::backend::{too_small, Activation, AttnParams, NormKind, RopeKind, RopeParams};
 use ishizuki_core::{
     Backend, Buffer, Error, ForwardMeta, GgmlType, KvShape, KvStore, LoadedWeight, Result,
     WeightSource,
@@ -539,6 +539,20 @@ impl Backend for CudaBackend {
         ];
         // SAFETY: every position is below the capacity (checked); k and v hold rows x width
         unsafe { self.go(&self.ops.write_kv, launch_1d((rows * width) as u64), &args) }
+    }
+
+    fn rope_write_kv(
+        &self,
+        q: &mut Buffer,
+        k: &mut Buffer,
+        v: &Buffer,
+        n_head: usize,
+        kv: &mut KvStore,
+        layer: usize,
+        meta: &ForwardMeta,
+        rope: RopeParams,
+    ) -> Result<()> {
+        self.fused_rope_write_kv(q, k, v, n_head, kv, layer, meta, rope)
     }
 
     fn attention(

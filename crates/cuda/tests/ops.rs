@@ -2,7 +2,7 @@
 //! dequantized weights) by normalised mean squared error, for every weight type with a CUDA
 //! kernel and rows 1, 2, 3, 8, 16 and 512 (3: the 8-bit kernels' 4-row variant). Without a GPU
 //! these skip, unless ISHIZUKI_REQUIRE_CUDA is set (the GPU host), where that is a failure.
-use ishizuki_core::backend::{Activation, AttnParams, NormKind, RopeKind, WeightView};
+use ishizuki_core::backend::{Activation, AttnParams, NormKind, RopeKind, RopeParams, WeightView};
 use ishizuki_core::quant::quantize_row;
 use ishizuki_core::{
     Backend, Buffer, ForwardMeta, GgmlType, KvShape, LoadedWeight, WeightRole, WeightSource,
@@ -467,18 +467,21 @@ fn rope_kv_and_attention_match_the_cpu() {
     let Some(cuda) = gpu() else { return };
     let cpu = CpuBackend::exact(2);
     let mut rng = Rng(13);
-    // (n_head, n_head_kv, head_dim, window, softcap)
+    // (n_head, n_head_kv, head_dim, window, softcap, cached keys before a few-row forward):
+    // query heads per KV head 1..16 (past one block's 8), splits of one and of two tiles
     let shapes = [
-        (4, 2, 64, None, None),
-        (8, 1, 256, Some(40), Some(50.0)),
-        (6, 6, 128, None, None),
-        (4, 2, 16, Some(3), None),
-        (2, 1, 80, None, Some(20.0)),
+        (4, 2, 64, None, None, 9000),
+        (8, 1, 256, Some(40), Some(50.0), 300),
+        (6, 6, 128, None, None, 300),
+        (4, 2, 16, Some(3), None, 300),
+        (2, 1, 80, None, Some(20.0), 300),
+        (14, 2, 64, None, None, 300),
+        (16, 1, 32, Some(1000), None, 2000),
     ];
-    for (n_head, n_head_kv, head_dim, window, softcap) in shapes {
+    for (n_head, n_head_kv, head_dim, window, softcap, deep) in shapes {
         for rows in ROWS {
             // a prefix already cached, then this forward's rows
-            let start = if rows == 512 { 100 } else { 300 };
+            let start = if rows == 512 { 100 } else { deep };
             let shape = KvShape {
                 n_layer: 2,
                 n_head_kv,
@@ -509,7 +512,7 @@ fn rope_kv_and_attention_match_the_cpu() {
                 window,
                 softcap,
             };
-            let run = |be: &dyn Backend| {
+            let run = |be: &dyn Backend, fused: bool| {
                 let mut kv = be.alloc_kv(shape).unwrap();
                 let mut pre = ForwardMeta::new(&prefix, 0, vec![]);
                 be.prepare(&mut pre).unwrap();
@@ -522,18 +525,32 @@ fn rope_kv_and_attention_match_the_cpu() {
                 be.prepare(&mut meta).unwrap();
                 let mut q = be.load_vector(&q_all).unwrap();
                 let mut k = be.load_vector(&k_new).unwrap();
-                be.rope(&mut q, n_head, head_dim, &meta, 10000.0, 0.5, kind)
-                    .unwrap();
-                be.rope(&mut k, n_head_kv, head_dim, &meta, 10000.0, 0.5, kind)
-                    .unwrap();
-                be.write_kv(&mut kv, 1, &k, &be.load_vector(&v_new).unwrap(), &meta)
-                    .unwrap();
+                let v = be.load_vector(&v_new).unwrap();
+                if fused {
+                    let rope = RopeParams {
+                        theta: 10000.0,
+                        freq_scale: 0.5,
+                        kind,
+                    };
+                    be.rope_write_kv(&mut q, &mut k, &v, n_head, &mut kv, 1, &meta, rope)
+                        .unwrap();
+                } else {
+                    be.rope(&mut q, n_head, head_dim, &meta, 10000.0, 0.5, kind)
+                        .unwrap();
+                    be.rope(&mut k, n_head_kv, head_dim, &meta, 10000.0, 0.5, kind)
+                        .unwrap();
+                    be.write_kv(&mut kv, 1, &k, &v, &meta).unwrap();
+                }
                 let mut out = be.alloc(rows * n_head * head_dim).unwrap();
                 be.attention(&q, &kv, 1, &meta, &p, &mut out).unwrap();
                 [host(be, &q, q_all.len()), host(be, &out, q_all.len())].concat()
             };
             let what = format!("heads {n_head}/{n_head_kv}x{head_dim} window {window:?} softcap {softcap:?} rows {rows}");
-            assert_close(&what, &run(cuda), &run(&cpu), 1e-9);
+            let fused = run(cuda, true);
+            assert_close(&what, &fused, &run(&cpu, false), 1e-9);
+            // the fused rope + KV write is the three ops it replaces, to the bit
+            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&fused), bits(&run(cuda, false)), "{what}: fused");
         }
     }
 }

@@ -6,7 +6,7 @@ use crate::kv_cache::KvCache;
 use crate::weights::{load_weights, LayerWeights, ModelWeights};
 use crate::workspace::{self, Workspace};
 use crate::ModelError;
-use ishizuki_core::backend::AttnParams;
+use ishizuki_core::backend::{AttnParams, RopeParams};
 use ishizuki_core::{Backend, Buffer, Error, ForwardMeta};
 use ishizuki_formats::GgufFile;
 use std::path::Path;
@@ -238,10 +238,12 @@ impl Model {
             be.rms_norm(q, n * c.n_head, qn, eps, kind)?;
             be.rms_norm(k, n * c.n_head_kv, kn, eps, kind)?;
         }
-        let (theta, freq_scale, hd) = (la.rope_theta, 1.0 / la.rope_scale, c.head_dim);
-        be.rope(q, c.n_head, hd, meta, theta, freq_scale, c.rope_kind)?;
-        be.rope(k, c.n_head_kv, hd, meta, theta, freq_scale, c.rope_kind)?;
-        be.write_kv(&mut cache.store, il, k, v, meta)?;
+        let rope = RopeParams {
+            theta: la.rope_theta,
+            freq_scale: 1.0 / la.rope_scale,
+            kind: c.rope_kind,
+        };
+        be.rope_write_kv(q, k, v, c.n_head, &mut cache.store, il, meta, rope)?;
         let params = AttnParams {
             n_head: c.n_head,
             n_head_kv: c.n_head_kv,

@@ -1,6 +1,6 @@
 //! `bench --profile`: a backend that times every op of the one it wraps, so a run shows where
 //! its time goes (by op, matmuls by weight type and row count) on machines without a profiler.
-use ishizuki_core::backend::{Activation, AttnParams, NormKind, RopeKind};
+use ishizuki_core::backend::{Activation, AttnParams, NormKind, RopeKind, RopeParams};
 use ishizuki_core::{
     Backend, Buffer, ForwardMeta, GgmlType, KvShape, KvStore, LoadedWeight, Result, WeightSource,
 };
@@ -189,6 +189,23 @@ impl Backend for Profiled {
 
     fn softcap(&self, x: &mut Buffer, n: usize, cap: f32) -> Result<()> {
         self.time(("softcap", None, ""), || self.inner.softcap(x, n, cap))
+    }
+
+    fn rope_write_kv(
+        &self,
+        q: &mut Buffer,
+        k: &mut Buffer,
+        v: &Buffer,
+        n_head: usize,
+        kv: &mut KvStore,
+        layer: usize,
+        meta: &ForwardMeta,
+        rope: RopeParams,
+    ) -> Result<()> {
+        self.time(("rope_write_kv", None, ""), || {
+            self.inner
+                .rope_write_kv(q, k, v, n_head, kv, layer, meta, rope)
+        })
     }
 
     fn rope(

@@ -95,6 +95,14 @@ pub enum Activation {
     GeGluTanh,
 }
 
+/// One layer's rotary embedding: base, linear scaling (1.0 = none) and layout.
+#[derive(Clone, Copy, Debug)]
+pub struct RopeParams {
+    pub theta: f32,
+    pub freq_scale: f32,
+    pub kind: RopeKind,
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct AttnParams {
     pub n_head: usize,
@@ -253,6 +261,31 @@ pub trait Backend: Send + Sync {
         v: &Buffer,
         meta: &ForwardMeta,
     ) -> Result<()>;
+
+    /// `rope` on `q (rows, n_head, head_dim)` and on `k`, then `write_kv` of `k` and `v`
+    /// (their heads and head_dim those of `kv`): one op, so a backend may fuse the three.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_write_kv(
+        &self,
+        q: &mut Buffer,
+        k: &mut Buffer,
+        v: &Buffer,
+        n_head: usize,
+        kv: &mut KvStore,
+        layer: usize,
+        meta: &ForwardMeta,
+        rope: RopeParams,
+    ) -> Result<()> {
+        let (n_head_kv, head_dim) = (kv.shape.n_head_kv, kv.shape.head_dim);
+        let RopeParams {
+            theta,
+            freq_scale,
+            kind,
+        } = rope;
+        self.rope(q, n_head, head_dim, meta, theta, freq_scale, kind)?;
+        self.rope(k, n_head_kv, head_dim, meta, theta, freq_scale, kind)?;
+        self.write_kv(kv, layer, k, v, meta)
+    }
 
     /// Causal attention of `q (meta.rows(), n_head, head_dim)` over `layer`'s cached keys and
     /// values `0..meta.n_kv`; row r sits at `meta.positions[r]`. Writes `out` like `q`.

@@ -121,24 +121,68 @@ extern "C" __global__ void glu_f32(float* gate, const float* up, u64 n, int act)
 
 // x (rows, n_head, head_dim) rotated in place; thread per (row, head, pair); angles in f64 as
 // the CPU's tables are. neox: element i pairs with i + head_dim/2, else 2i with 2i + 1.
+// the rotation of pair i of a head at position pos: the angle in double, as the CPU takes it
+__device__ __forceinline__ void rope_angle(u32 pos, int i, int head_dim, float theta,
+                                           float freq_scale, float* cs, float* sn) {
+    double f = (double)freq_scale * pow((double)theta, -2.0 * i / head_dim);
+    double s, c;
+    sincos((double)pos * f, &s, &c);
+    *cs = (float)c;
+    *sn = (float)s;
+}
+
+// pair i of head h (head_dim) rotated in place; its two elements' offsets in a, b
+__device__ __forceinline__ void rope_pair(float* h, int i, int head_dim, int neox, float cs,
+                                          float sn, int* a, int* b) {
+    int half_dim = head_dim / 2;
+    *a = neox ? i : 2 * i;
+    *b = neox ? i + half_dim : 2 * i + 1;
+    float x0 = h[*a], x1 = h[*b];
+    h[*a] = x0 * cs - x1 * sn;
+    h[*b] = x0 * sn + x1 * cs;
+}
+
 extern "C" __global__ void rope_f32(float* x, const u32* positions, int rows, int n_head,
                                     int head_dim, float theta, float freq_scale, int neox) {
     PDL_ENTER();
     int half_dim = head_dim / 2;
     u64 total = (u64)rows * n_head * half_dim;
     for (u64 t = blockIdx.x * (u64)blockDim.x + threadIdx.x; t < total; t += (u64)gridDim.x * blockDim.x) {
-        int i = t % half_dim;
+        int i = t % half_dim, a, b;
         u64 rh = t / half_dim;
-        int r = rh / n_head;
-        double f = (double)freq_scale * pow((double)theta, -2.0 * i / head_dim);
-        double s, c;
-        sincos((double)positions[r] * f, &s, &c);
-        float cs = (float)c, sn = (float)s;
-        float* h = x + rh * head_dim;
-        int a = neox ? i : 2 * i, b = neox ? i + half_dim : 2 * i + 1;
-        float x0 = h[a], x1 = h[b];
-        h[a] = x0 * cs - x1 * sn;
-        h[b] = x0 * sn + x1 * cs;
+        float cs, sn;
+        rope_angle(positions[rh / n_head], i, head_dim, theta, freq_scale, &cs, &sn);
+        rope_pair(x + rh * head_dim, i, head_dim, neox, cs, sn, &a, &b);
+    }
+}
+
+// rope_f32 on q (rows, n_head, head_dim) and k (rows, n_head_kv, head_dim), and k with v
+// stored as f16 at row positions[r] of the K and V planes: the three ops in one launch, a
+// thread per rotated pair (q's heads, then k's)
+extern "C" __global__ void rope_kv_f32_f16(float* q, float* k, const float* v, u16* k_plane,
+                                           u16* v_plane, const u32* positions, int rows,
+                                           int n_head, int n_head_kv, int head_dim, float theta,
+                                           float freq_scale, int neox) {
+    PDL_ENTER();
+    int half_dim = head_dim / 2, heads = n_head + n_head_kv, kv_width = n_head_kv * head_dim;
+    u64 total = (u64)rows * heads * half_dim;
+    for (u64 t = blockIdx.x * (u64)blockDim.x + threadIdx.x; t < total; t += (u64)gridDim.x * blockDim.x) {
+        int i = t % half_dim, a, b;
+        u64 rh = t / half_dim;
+        int r = rh / heads, hh = rh % heads;
+        float cs, sn;
+        rope_angle(positions[r], i, head_dim, theta, freq_scale, &cs, &sn);
+        if (hh < n_head) {
+            rope_pair(q + ((u64)r * n_head + hh) * head_dim, i, head_dim, neox, cs, sn, &a, &b);
+            continue;
+        }
+        u64 row = (u64)r * kv_width + (hh - n_head) * head_dim;
+        rope_pair(k + row, i, head_dim, neox, cs, sn, &a, &b);
+        u64 at = (u64)positions[r] * kv_width + (row - (u64)r * kv_width);
+        k_plane[at + a] = f32_to_f16(k[row + a]);
+        k_plane[at + b] = f32_to_f16(k[row + b]);
+        v_plane[at + a] = f32_to_f16(v[row + a]);
+        v_plane[at + b] = f32_to_f16(v[row + b]);
     }
 }
 
