@@ -54,6 +54,14 @@ impl CudaBackend {
             op
         };
         let window = p.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
+        // decode rows leave their 8-bit form for the output matmul (the scratch held so no
+        // other quantization lands between), in blocks of 32 that never straddle two heads
+        let slot = self.q8_scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let q8 = slot
+            .as_ref()
+            .filter(|s| self.q8_rows(rows) && p.head_dim.is_multiple_of(32) && s.n_in >= n / rows)
+            .map(|s| (self.ptr(&s.q), self.ptr(&s.d)));
+        let (qp8, dp8) = q8.unwrap_or((0, 0));
         let args = [
             Arg::U64(qp),
             Arg::U64(k_plane),
@@ -70,6 +78,8 @@ impl CudaBackend {
             Arg::I32(window),
             Arg::F32(p.softcap.unwrap_or(0.0)),
             Arg::I32(chunk.min(i32::MAX as usize) as i32),
+            Arg::U64(qp8),
+            Arg::U64(dp8),
         ];
         // a block per KV head and group of query heads sharing it
         let (variant, heads) = attention_variant(p.n_head / p.n_head_kv);
@@ -80,17 +90,36 @@ impl CudaBackend {
             shared_mem_bytes: 0,
         };
         // SAFETY: shapes checked against the cache and the buffers above; part holds splits x
-        // rows x n_head x (head_dim + 2)
+        // rows x n_head x (head_dim + 2); the scratch, when given, Q8_MAX_ROWS >= rows of n
         unsafe { self.go(&self.ops.attention[variant], cfg, &args)? };
-        if splits == 1 {
-            return Ok(());
+        if splits > 1 {
+            self.merge_splits(part, op, rows, p, splits, (qp8, dp8))?;
         }
+        if q8.is_some() {
+            self.launcher.set_quantized((op, rows, n / rows));
+        }
+        Ok(())
+    }
+
+    /// attention_merge_f32 over `splits` partials into `op`, and into the 8-bit scratch
+    /// `q8` when its addresses are not 0.
+    fn merge_splits(
+        &self,
+        part: u64,
+        op: u64,
+        rows: usize,
+        p: &AttnParams,
+        splits: usize,
+        q8: (u64, u64),
+    ) -> Result<()> {
         let args = [
             Arg::U64(part),
             Arg::U64(op),
             Arg::I32(p.n_head as i32),
             Arg::I32(p.head_dim as i32),
             Arg::I32(splits as i32),
+            Arg::U64(q8.0),
+            Arg::U64(q8.1),
         ];
         let cfg = LaunchConfig {
             grid_dim: (p.n_head as u32, rows as u32, 1),

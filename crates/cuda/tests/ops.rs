@@ -679,3 +679,57 @@ fn a_norm_quantizes_for_the_next_matmul_only() {
         tol,
     );
 }
+
+/// Decode attention leaves its output quantized for the output matmul, with one split and
+/// with several merged: that matmul gives the bits of one on a copy.
+#[test]
+fn attention_quantizes_for_the_output_matmul() {
+    let Some(cuda) = gpu() else { return };
+    let mut rng = Rng(93);
+    let (n_head, n_head_kv, head_dim, n_out) = (8, 2, 64, 40);
+    let n_in = n_head * head_dim;
+    let bytes = Arc::new(weights(GgmlType::Q4_K, n_out, n_in, &mut rng));
+    let w = load(cuda, GgmlType::Q4_K, n_out, n_in, &bytes);
+    let p = AttnParams {
+        n_head,
+        n_head_kv,
+        head_dim,
+        scale: 0.125,
+        window: None,
+        softcap: None,
+    };
+    for (start, rows) in [(10, 1), (10, 3), (290, 1), (290, 3)] {
+        let shape = KvShape {
+            n_layer: 1,
+            n_head_kv,
+            head_dim,
+            capacity: 300,
+        };
+        let mut kv = cuda.alloc_kv(shape).unwrap();
+        let prefix: Vec<u32> = (0..(start + rows) as u32).collect();
+        let mut all = ForwardMeta::new(&prefix, 0, vec![]);
+        cuda.prepare(&mut all).unwrap();
+        let kn = (start + rows) * n_head_kv * head_dim;
+        let (k, v) = (
+            cuda.load_vector(&rng.vec(kn)).unwrap(),
+            cuda.load_vector(&rng.vec(kn)).unwrap(),
+        );
+        cuda.write_kv(&mut kv, 0, &k, &v, &all).unwrap();
+        let tokens = vec![0u32; rows];
+        let mut meta = ForwardMeta::new(&tokens, start, vec![]);
+        cuda.prepare(&mut meta).unwrap();
+        let q = cuda.load_vector(&rng.vec(rows * n_in)).unwrap();
+        let mut out = cuda.alloc(rows * n_in).unwrap();
+        cuda.attention(&q, &kv, 0, &meta, &p, &mut out).unwrap();
+        let mut fused = cuda.alloc(rows * n_out).unwrap();
+        cuda.matmul(&w, &out, rows, &mut fused).unwrap();
+        let copy = cuda.load_vector(&host(cuda, &out, rows * n_in)).unwrap();
+        let mut apart = cuda.alloc(rows * n_out).unwrap();
+        cuda.matmul(&w, &copy, rows, &mut apart).unwrap();
+        assert_eq!(
+            host(cuda, &fused, rows * n_out),
+            host(cuda, &apart, rows * n_out),
+            "{start} cached keys, {rows} rows"
+        );
+    }
+}

@@ -6,7 +6,8 @@
 // ATTN_HEADS query heads of one KV head, so each K and V row is read once for all of them.
 // Keys go in tiles of ATTN_TILE: scores (a lane group of `tpr` lanes per key, 8 f16 per lane,
 // one 16-byte load), the tile's online softmax (a warp per head), then P.V (a thread group of
-// `tpr` per key, 8 dims per thread). With one split the block writes the output; with more it
+// `tpr` per key, 8 dims per thread). With one split the block writes the output (for decode
+// also its 8-bit form, sparing the next matmul its quantize launch); with more it
 // writes (max, sum, unnormalised acc) to `part` and attention_merge combines the splits in
 // order, skipping empty ones, so a row's bits do not depend on how many splits (or rows) its
 // forward had. head_dim <= 256.
@@ -33,6 +34,16 @@ __device__ __forceinline__ uint4 kv_load8(const u16* row, int sub, int head_dim)
     return kv_load8_edge(p, n);
 }
 
+// out[at] = v and, given q (head_dim a multiple of 32, so a warp's 32 consecutive values are
+// one block), its 8-bit form for the matmul that reads out next: quantize_q8_f32_i8's bits
+__device__ __forceinline__ void attn_store(float* out, i8* q, float* qd, u64 at, float v) {
+    out[at] = v;
+    if (q == nullptr) return;
+    float scale = q8_scale(warp_max(fmaxf(0.0f, fabsf(v))));
+    q[at] = q8_round(v, scale);
+    if (at % 32 == 0) qd[at / 32] = scale;
+}
+
 __device__ __forceinline__ void unpack8(uint4 w, float* v) {
     u32 x[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
@@ -48,7 +59,7 @@ template <int G>
 __device__ __forceinline__ void attention_heads(
     const float* q, const u16* k_plane, const u16* v_plane, float* out, float* part,
     const u32* positions, const u32* n_kv_at, int capacity, int n_head, int n_head_kv,
-    int head_dim, float scale, int window, float softcap, int chunk) {
+    int head_dim, float scale, int window, float softcap, int chunk, i8* q8, float* q8d) {
     __shared__ __align__(16) float s_q[G][ATTN_MAX_DIM];
     __shared__ float s_p[2][G][ATTN_TILE];
     __shared__ float s_corr[2][G], s_m[G], s_l[G];
@@ -201,7 +212,7 @@ __device__ __forceinline__ void attention_heads(
             float sum = 0.0f;
             for (int i = 0; i < n_kg; i++) sum += s_red[i * width + d];
             if (alone)
-                out[head * head_dim + d] = total > 0.0f ? sum / total : 0.0f;
+                attn_store(out, q8, q8d, head * head_dim + d, total > 0.0f ? sum / total : 0.0f);
             else
                 pr[2 + d] = sum;
         }
@@ -213,22 +224,27 @@ __device__ __forceinline__ void attention_heads(
     extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attention_f32_f16_g##G(      \
         const float* q, const u16* k_plane, const u16* v_plane, float* out, float* part,    \
         const u32* positions, const u32* n_kv_at, int capacity, int n_head, int n_head_kv,  \
-        int head_dim, float scale, int window, float softcap, int chunk) { PDL_ENTER();     \
+        int head_dim, float scale, int window, float softcap, int chunk, i8* q8,             \
+        float* q8d) { PDL_ENTER();                                                           \
         attention_heads<G>(q, k_plane, v_plane, out, part, positions, n_kv_at, capacity,   \
-                           n_head, n_head_kv, head_dim, scale, window, softcap, chunk);     \
+                           n_head, n_head_kv, head_dim, scale, window, softcap, chunk, q8,  \
+                           q8d);                                                             \
     }
 ATTENTION_HEADS(1)
 ATTENTION_HEADS(2)
 ATTENTION_HEADS(4)
 ATTENTION_HEADS(8)
 
-// block per (head, row): the splits' partials of attention_f32_f16 merged, thread s taking
-// split s (n_split <= ATTN_MAX_SPLITS); an empty split weighs 0 in a fixed tree, so a row's
-// bits do not depend on how many empty splits follow it
+// block per (head, row): the splits' partials of attention_f32_f16 merged. Thread s weighs
+// split s (n_split <= ATTN_MAX_SPLITS), warp w sums splits w, w + ATTN_WARPS, ... (lane l
+// dims l, l + 32, ...): fixed slots, empty splits skipped, so a row's bits do not depend on
+// how many empty splits follow it.
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
-    attention_merge_f32(const float* part, float* out, int n_head, int head_dim, int n_split) {
+    attention_merge_f32(const float* part, float* out, int n_head, int head_dim, int n_split,
+                        i8* q, float* qd) {
     PDL_ENTER();
     __shared__ float s_w[ATTN_THREADS], s_big[ATTN_WARPS], s_total[ATTN_WARPS];
+    __shared__ float s_acc[ATTN_WARPS][ATTN_MAX_DIM];
     int h = blockIdx.x, r = blockIdx.y, rows = gridDim.y;
     int t = threadIdx.x, warp = t / WARP, lane = t % WARP;
     u64 head = (u64)r * n_head + h;
@@ -251,11 +267,26 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
     __syncthreads();
     total = s_total[0];
     for (int w = 1; w < ATTN_WARPS; w++) total += s_total[w];
+    float acc[ATTN_MAX_DIM / WARP];
+#pragma unroll
+    for (int c = 0; c < ATTN_MAX_DIM / WARP; c++) acc[c] = 0.0f;
+#pragma unroll 4
+    for (int s = warp; s < n_split; s += ATTN_WARPS) {
+        float w = s_w[s];
+        const float* p = p0 + s * stride + 2;
+#pragma unroll
+        for (int c = 0; c < ATTN_MAX_DIM / WARP; c++) {
+            int d = WARP * c + lane;
+            float x = w > 0.0f && d < head_dim ? p[d] : 0.0f;
+            acc[c] = w > 0.0f ? fmaf(x, w, acc[c]) : acc[c];
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < ATTN_MAX_DIM / WARP; c++) s_acc[warp][WARP * c + lane] = acc[c];
+    __syncthreads();
     for (int d = t; d < head_dim; d += ATTN_THREADS) {
-        float sum = 0.0f;
-#pragma unroll 8
-        for (int s = 0; s < n_split; s++)
-            if (s_w[s] > 0.0f) sum += p0[s * stride + 2 + d] * s_w[s];
-        out[head * head_dim + d] = total > 0.0f ? sum / total : 0.0f;
+        float sum = s_acc[0][d];
+        for (int w = 1; w < ATTN_WARPS; w++) sum += s_acc[w][d];
+        attn_store(out, q, qd, head * head_dim + d, total > 0.0f ? sum / total : 0.0f);
     }
 }
