@@ -3,8 +3,9 @@
 # Llama-3.1-8B-shaped Q4_K_M (and with Q8=1 a Q8_0) synthesized there, `ishizuki bench` (pp512,
 # tg128, rows 1..16, tg128 at depth 4096, tg128 without graphs and without PDL), per-kernel
 # times by ncu, and with LLAMA=1 llama-bench built from the packed source on the same files.
-# Logs go to $OUT.
-#   OUT=/tmp/out [LLAMA=1] [Q8=1] [NCU_KERNELS=regex] bash bench/cuda-run.sh [DIR]
+# PREV=an earlier bins.tar.xz benches its tg128 rows beside ours. Logs go to $OUT.
+# NCU=0 skips the profiles.
+#   OUT=/tmp/out [LLAMA=1] [Q8=1] [PREV=tarball] [NCU=0] [NCU_KERNELS=regex] bash bench/cuda-run.sh [DIR]
 set -uo pipefail
 root=$(pwd)
 dir=${1:-$root/.device}
@@ -49,7 +50,19 @@ bench -m $q4 -p 0 -n 128 -d 4096 -r 2
 [ "${Q8:-0}" = 1 ] && bench -m $q8 -p 512 -n 128 -r 3
 ISHIZUKI_CUDA_GRAPHS=0 bench -m $q4 -p 0 -n 128 -r 1
 ISHIZUKI_CUDA_PDL=0 bench -m $q4 -p 0 -n 128 -r 2
+# with PREV=tarball (an earlier bins.tar.xz), its tg128 rows beside ours, alternating
+if [ -n "${PREV:-}" ]; then
+    mkdir -p /tmp/prev && tar xJf "$PREV" -C /tmp/prev
+    for v in /tmp/prev/bins "$b"; do
+        for d in 0 4096; do
+            echo "== $v d$d" >>"$out/prev.log"
+            timeout 200 "$v/ishizuki" bench --device cuda -m $q4 -p 0 -n 128 -d $d -r 2 2>&1 |
+                grep "tg128" | tee -a "$out/prev.log"
+        done
+    done
+fi
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+[ "${NCU:-1}" = 1 ] || ncu=
 [ -n "$ncu" ] && timeout 90 "$ncu" --clock-control none --metrics gpu__time_duration.sum \
     --launch-skip 300 --launch-count 1000 --print-summary per-kernel \
     "$b/ishizuki" bench -m $q4 --device cuda -p 0 -n 4 -r 1 >"$out/ncu.txt" 2>&1

@@ -144,20 +144,16 @@ impl CudaBackend {
         rope: RopeParams,
     ) -> Result<()> {
         let shape = kv.shape;
-        check_kv(&shape, layer, meta)?;
-        let (rows, width) = (meta.rows(), shape.n_head_kv * shape.head_dim);
+        let rows = meta.rows();
+        let w = self.kv_write(kv, layer, k, v, meta, "rope_write_kv")?;
         let qp = self.buf(q, rows * n_head * shape.head_dim, "rope_write_kv")?;
-        let kp = self.buf(k, rows * width, "rope_write_kv")?;
-        let vp = self.buf(v, rows * width, "rope_write_kv")?;
-        let (k_plane, v_plane) = self.planes(kv.get::<DevKv>()?, layer);
-        let m = self.meta_ptrs(meta)?;
         let args = [
             Arg::U64(qp),
-            Arg::U64(kp),
-            Arg::U64(vp),
-            Arg::U64(k_plane),
-            Arg::U64(v_plane),
-            Arg::U64(m.positions),
+            Arg::U64(w.k),
+            Arg::U64(w.v),
+            Arg::U64(w.k_plane),
+            Arg::U64(w.v_plane),
+            Arg::U64(w.positions),
             Arg::I32(rows as i32),
             Arg::I32(n_head as i32),
             Arg::I32(shape.n_head_kv as i32),
@@ -171,12 +167,47 @@ impl CudaBackend {
         unsafe { self.go(&self.ops.rope_kv, launch_1d(pairs as u64), &args) }
     }
 
+    /// What a K/V write of `meta`'s rows into `layer` addresses, checked: `k` and `v` (rows,
+    /// n_head_kv * head_dim) hold them, every position is below the capacity.
+    pub(crate) fn kv_write(
+        &self,
+        kv: &KvStore,
+        layer: usize,
+        k: &Buffer,
+        v: &Buffer,
+        meta: &ForwardMeta,
+        op: &str,
+    ) -> Result<KvWrite> {
+        let shape = kv.shape;
+        check_kv(&shape, layer, meta)?;
+        let n = meta.rows() * shape.n_head_kv * shape.head_dim;
+        let (k, v) = (self.buf(k, n, op)?, self.buf(v, n, op)?);
+        let (k_plane, v_plane) = self.planes(kv.get::<DevKv>()?, layer);
+        let positions = self.meta_ptrs(meta)?.positions;
+        Ok(KvWrite {
+            k,
+            v,
+            k_plane,
+            v_plane,
+            positions,
+        })
+    }
+
     /// The split-K partials' address, grown to `n` f32s.
     fn attn_partials(&self, n: usize) -> Result<u64> {
         let mut slot = self.attn_part.lock().unwrap_or_else(|e| e.into_inner());
         let _hold = self.launcher.hold();
         Ok(self.ptr(grown(&self.stream, &mut slot, n)?))
     }
+}
+
+/// Device addresses of a K/V write (`CudaBackend::kv_write`).
+pub(crate) struct KvWrite {
+    pub k: u64,
+    pub v: u64,
+    pub k_plane: u64,
+    pub v_plane: u64,
+    pub positions: u64,
 }
 
 /// The attention entry point (its ATTN_HEAD_VARIANTS index) and heads a block for `group`

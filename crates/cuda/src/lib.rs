@@ -520,20 +520,15 @@ impl Backend for CudaBackend {
         v: &Buffer,
         meta: &ForwardMeta,
     ) -> Result<()> {
-        let shape = kv.shape;
-        let width = shape.n_head_kv * shape.head_dim;
+        let width = kv.shape.n_head_kv * kv.shape.head_dim;
         let rows = meta.rows();
-        check_kv(&shape, layer, meta)?;
-        let kp = self.buf(k, rows * width, "write_kv")?;
-        let vp = self.buf(v, rows * width, "write_kv")?;
-        let (k_plane, v_plane) = self.planes(kv.get::<DevKv>()?, layer);
-        let m = self.meta_ptrs(meta)?;
+        let w = self.kv_write(kv, layer, k, v, meta, "write_kv")?;
         let args = [
-            Arg::U64(k_plane),
-            Arg::U64(v_plane),
-            Arg::U64(kp),
-            Arg::U64(vp),
-            Arg::U64(m.positions),
+            Arg::U64(w.k_plane),
+            Arg::U64(w.v_plane),
+            Arg::U64(w.k),
+            Arg::U64(w.v),
+            Arg::U64(w.positions),
             Arg::I32(rows as i32),
             Arg::I32(width as i32),
         ];
