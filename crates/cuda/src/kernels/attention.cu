@@ -2,15 +2,15 @@
 // K and V planes (capacity, n_head_kv * head_dim). Key j sits at position j; the visible keys
 // (n_kv) come from the forward's metadata, so a captured step replays at any depth.
 //
-// Block (kv head x head group, row, split) takes keys [split * chunk, + chunk) for up to
-// ATTN_HEADS query heads of one KV head, so each K and V row is read once for all of them.
+// Block (kv head x head group, row, split) takes keys [split * chunk, + chunk) for up to G
+// query heads of one KV head (an entry point per G), so each K and V row is read once for all.
 // Keys go in tiles of ATTN_TILE: scores (a lane group of `tpr` lanes per key, 8 f16 per lane,
 // one 16-byte load), the tile's online softmax (a warp per head), then P.V (a thread group of
 // `tpr` per key, 8 dims per thread). With one split the block writes the output (for decode
 // also its 8-bit form, sparing the next matmul its quantize launch); with more it
 // writes (max, sum, unnormalised acc) to `part` and attention_merge combines the splits in
-// order, skipping empty ones, so a row's bits do not depend on how many splits (or rows) its
-// forward had. head_dim <= 256.
+// fixed slots, skipping empty ones, so a row's bits do not depend on how many splits (or rows)
+// its forward had. head_dim <= 256.
 #define ATTN_THREADS 128
 #define ATTN_WARPS (ATTN_THREADS / WARP)
 #define ATTN_TILE 64
@@ -38,10 +38,19 @@ __device__ __forceinline__ uint4 kv_load8(const u16* row, int sub, int head_dim)
 // one block), its 8-bit form for the matmul that reads out next: quantize_q8_f32_i8's bits
 __device__ __forceinline__ void attn_store(float* out, i8* q, float* qd, u64 at, float v) {
     out[at] = v;
-    if (q == nullptr) return;
-    float scale = q8_scale(warp_max(fmaxf(0.0f, fabsf(v))));
-    q[at] = q8_round(v, scale);
-    if (at % 32 == 0) qd[at / 32] = scale;
+    if (q) quantize_q8_part(&v, 1, true, at, q, qd);
+}
+
+// ATTN_AHEAD rows t0 + k0, + step, ... of a K or V plane, zeros from k = n_tile on: a lane's
+// loads in flight together
+__device__ __forceinline__ void kv_group(uint4* w, const u16* head, int t0, int k0, int step,
+                                         int n_tile, int kv_width, int sub, int head_dim) {
+#pragma unroll
+    for (int u = 0; u < ATTN_AHEAD; u++) {
+        int k = k0 + u * step;
+        w[u] = k < n_tile ? kv_load8(head + (u64)(t0 + k) * kv_width, sub, head_dim)
+                          : make_uint4(0, 0, 0, 0);
+    }
 }
 
 __device__ __forceinline__ void unpack8(uint4 w, float* v) {
@@ -104,12 +113,7 @@ __device__ __forceinline__ void attention_heads(
         for (int k0 = warp * a_keys + lane / tpr; k0 - lane / tpr < n_tile;
              k0 += ATTN_AHEAD * a_step) {
             uint4 kw[ATTN_AHEAD];
-#pragma unroll
-            for (int u = 0; u < ATTN_AHEAD; u++) {
-                int k = k0 + u * a_step;
-                kw[u] = k < n_tile ? kv_load8(k_head + (u64)(t0 + k) * kv_width, a_sub, head_dim)
-                                   : make_uint4(0, 0, 0, 0);
-            }
+            kv_group(kw, k_head, t0, k0, a_step, n_tile, kv_width, a_sub, head_dim);
 #pragma unroll
             for (int u = 0; u < ATTN_AHEAD; u++) {
                 int k = k0 + u * a_step;
@@ -169,12 +173,7 @@ __device__ __forceinline__ void attention_heads(
         }
         for (int k0 = kg; k0 < n_tile; k0 += ATTN_AHEAD * n_kg) {
             uint4 vw[ATTN_AHEAD];
-#pragma unroll
-            for (int u = 0; u < ATTN_AHEAD; u++) {
-                int k = k0 + u * n_kg;
-                vw[u] = k < n_tile ? kv_load8(v_head + (u64)(t0 + k) * kv_width, c_sub, head_dim)
-                                   : make_uint4(0, 0, 0, 0);
-            }
+            kv_group(vw, v_head, t0, k0, n_kg, n_tile, kv_width, c_sub, head_dim);
 #pragma unroll
             for (int u = 0; u < ATTN_AHEAD; u++) {
                 int k = min(k0 + u * n_kg, ATTN_TILE - 1);

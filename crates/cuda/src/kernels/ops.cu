@@ -119,8 +119,6 @@ extern "C" __global__ void glu_f32(float* gate, const float* up, u64 n, int act)
         gate[i] = glu_of(gate[i], up[i], act);
 }
 
-// x (rows, n_head, head_dim) rotated in place; thread per (row, head, pair); angles in f64 as
-// the CPU's tables are. neox: element i pairs with i + head_dim/2, else 2i with 2i + 1.
 // the rotation of pair i of a head at position pos: the angle in double, as the CPU takes it
 __device__ __forceinline__ void rope_angle(u32 pos, int i, int head_dim, float theta,
                                            float freq_scale, float* cs, float* sn) {
@@ -142,6 +140,8 @@ __device__ __forceinline__ void rope_pair(float* h, int i, int head_dim, int neo
     h[*b] = x0 * sn + x1 * cs;
 }
 
+// x (rows, n_head, head_dim) rotated in place; thread per (row, head, pair); angles in f64 as
+// the CPU's tables are. neox: element i pairs with i + head_dim/2, else 2i with 2i + 1.
 extern "C" __global__ void rope_f32(float* x, const u32* positions, int rows, int n_head,
                                     int head_dim, float theta, float freq_scale, int neox) {
     PDL_ENTER();
