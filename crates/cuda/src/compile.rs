@@ -14,15 +14,42 @@ pub struct Target {
     pub arch: u32,
     /// NVRTC's `(major, minor)`.
     pub nvrtc: (i32, i32),
+    /// Kernel tuning constants overridden (`-DNAME=VALUE`), from [`tune_defines`].
+    pub defines: Vec<(String, u32)>,
+}
+
+/// Device-side constants a run may override, for measuring variants without a rebuild; the
+/// host mirrors none of them.
+pub const TUNABLE: [&str; 2] = ["Q8_AHEAD_GLU", "ATTN_AHEAD"];
+
+/// `ISHIZUKI_CUDA_TUNE=NAME=VALUE[,NAME=VALUE]` parsed: names from [`TUNABLE`], values 1..=8.
+pub fn tune_defines(spec: Option<&str>) -> Result<Vec<(String, u32)>> {
+    let mut out = Vec::new();
+    for item in spec.unwrap_or("").split(',').filter(|s| !s.is_empty()) {
+        let bad = || {
+            Error::Backend(format!(
+                "cuda: ISHIZUKI_CUDA_TUNE: {item:?} is not one of {TUNABLE:?}=1..8"
+            ))
+        };
+        let (name, value) = item.split_once('=').ok_or_else(bad)?;
+        let value: u32 = value.parse().map_err(|_| bad())?;
+        if !TUNABLE.contains(&name) || !(1..=8).contains(&value) {
+            return Err(bad());
+        }
+        out.push((name.to_string(), value));
+    }
+    Ok(out)
 }
 
 impl Target {
     pub fn options(&self) -> Vec<String> {
-        vec![
+        let mut o = vec![
             format!("--gpu-architecture=sm_{}", self.arch),
             "--std=c++17".into(),
             "-default-device".into(),
-        ]
+        ];
+        o.extend(self.defines.iter().map(|(n, v)| format!("-D{n}={v}")));
+        o
     }
 
     /// The cache key: source, options, architecture and NVRTC version.
@@ -139,6 +166,7 @@ mod tests {
         let t = Target {
             arch: 90,
             nvrtc: (13, 0),
+            defines: Vec::new(),
         };
         let base = t.key("a");
         assert_ne!(base, t.key("b"));
@@ -158,6 +186,30 @@ mod tests {
             }
             .key("a")
         );
+        let tuned = Target {
+            defines: tune_defines(Some("Q8_AHEAD_GLU=4")).unwrap(),
+            ..t.clone()
+        };
+        assert_ne!(base, tuned.key("a"));
         assert_eq!(base, t.key("a"));
+    }
+
+    #[test]
+    fn tuning_takes_only_the_device_side_constants() {
+        assert!(tune_defines(None).unwrap().is_empty());
+        let d = tune_defines(Some("Q8_AHEAD_GLU=3")).unwrap();
+        assert_eq!(d, vec![("Q8_AHEAD_GLU".to_string(), 3)]);
+        for bad in [
+            "Q8_AHEAD=2",
+            "Q8_AHEAD_GLU=0",
+            "Q8_AHEAD_GLU=9",
+            "Q8_AHEAD_GLU",
+            "x=1;",
+        ] {
+            assert!(
+                matches!(tune_defines(Some(bad)), Err(Error::Backend(_))),
+                "{bad}"
+            );
+        }
     }
 }

@@ -32,8 +32,6 @@ const ROW_THREADS: u32 = 128;
 /// Output rows per matmul block (its warps) and activation rows per block (`matmul.cu`).
 const MATMUL_WARPS: usize = 4;
 const MATMUL_ROWS: usize = 8;
-/// Warps sharing one output row of the 8-bit matmul (`matmul_q8.cu`), not its gated pair.
-const Q8_SPLIT: usize = 2;
 /// Rows up to which a matmul runs on 8-bit activations (in passes of MATMUL_ROWS): decode
 /// and draft verification. Longer prefills keep f32 activations.
 const Q8_MAX_ROWS: usize = 16;
@@ -43,6 +41,8 @@ const ATTN_MAX_HEAD_DIM: usize = 256;
 /// the cache's capacity, fixed for a sequence so a row's splits never depend on its batch).
 const ATTN_MIN_CHUNK: usize = 64;
 const ATTN_MAX_SPLITS: usize = 128;
+/// Threads of attention_merge_f32's blocks (at least one per split).
+const MERGE_THREADS: u32 = 512;
 
 pub struct CudaBackend {
     ctx: Arc<CudaContext>,
@@ -84,7 +84,8 @@ struct Q8Scratch {
 impl CudaBackend {
     /// The GPU `ordinal`, its ops module compiled (or read from `cache`, a directory).
     /// `ISHIZUKI_CUDA_GRAPHS=0` turns off the replay of captured decode steps,
-    /// `ISHIZUKI_CUDA_PDL=0` programmatic dependent launches.
+    /// `ISHIZUKI_CUDA_PDL=0` programmatic dependent launches; `ISHIZUKI_CUDA_TUNE` overrides
+    /// device-side kernel constants (`compile::TUNABLE`).
     pub fn new(ordinal: usize, cache: Option<PathBuf>) -> Result<CudaBackend> {
         let (ctx, info) = device::open(ordinal)?;
         // a stream of our own: the legacy default stream cannot be captured into a graph
@@ -92,6 +93,7 @@ impl CudaBackend {
         let target = Target {
             arch: info.arch,
             nvrtc: compile::nvrtc_version()?,
+            defines: compile::tune_defines(std::env::var("ISHIZUKI_CUDA_TUNE").ok().as_deref())?,
         };
         let ops = OpKernels::load(&ctx, &target, cache.as_deref())?;
         let gemm = gemm::Gemm::new(stream.clone());

@@ -4,7 +4,7 @@
 use crate::device::{cuda_err, launch_1d, DevWeight};
 use crate::kernels::Q8_ROW_VARIANTS;
 use crate::step::Arg;
-use crate::{kernels, CudaBackend, Q8Scratch, MATMUL_ROWS, MATMUL_WARPS, Q8_MAX_ROWS, Q8_SPLIT};
+use crate::{kernels, CudaBackend, Q8Scratch, MATMUL_ROWS, MATMUL_WARPS, Q8_MAX_ROWS};
 use cudarc::driver::{CudaFunction, LaunchConfig};
 use ishizuki_core::backend::Activation;
 use ishizuki_core::{Backend, Buffer, Error, LoadedWeight, Result};
@@ -150,14 +150,14 @@ impl CudaBackend {
             .and_then(|v| q8_variant(v, rows))
             .ok_or_else(|| Error::Backend(format!("cuda: {} has no 8-bit matmul", first.ty)))?;
         let (mut wp, mut op, mut n) = ([0u64; Q8_GROUP], [0u64; Q8_GROUP], [0i32; Q8_GROUP]);
-        let mut blocks = 0;
+        let (mut blocks, parts) = (0, kernels::q8_parts(first.ty, first.n_in));
         for (i, (w, out)) in group.iter().take(Q8_GROUP).enumerate() {
             let d = w.get::<DevWeight>()?;
             if w.ty != first.ty || w.n_in != first.n_in {
                 return Err(Error::Shape("cuda: an 8-bit group of mixed weights".into()));
             }
             (wp[i], op[i], n[i]) = (self.ptr(&d.data), *out, w.n_out as i32);
-            blocks += w.n_out.div_ceil(MATMUL_WARPS / Q8_SPLIT);
+            blocks += w.n_out.div_ceil(MATMUL_WARPS / parts);
         }
         let mut args: Vec<Arg> = wp.iter().chain(&op).map(|&p| Arg::U64(p)).collect();
         args.extend(n.map(Arg::I32));
@@ -167,6 +167,7 @@ impl CudaBackend {
             Arg::I32(first.n_in as i32),
             Arg::I32(rows as i32),
             Arg::U64(dw.row_bytes as u64),
+            Arg::I32(parts as i32),
         ]);
         let cfg = grid(blocks, rows, per);
         // SAFETY: each weight holds n_out rows of row_bytes (one type and width); the scratch
@@ -244,7 +245,7 @@ fn q8_variant(variants: &[CudaFunction], rows: usize) -> Option<(&CudaFunction, 
     Some((variants.get(i)?, Q8_ROW_VARIANTS[i]))
 }
 
-/// `blocks` of MATMUL_WARPS warps (one or Q8_SPLIT per output row) for each `per` activation
+/// `blocks` of MATMUL_WARPS warps (one or a few per output row) for each `per` activation
 /// rows.
 fn grid(blocks: usize, rows: usize, per: usize) -> LaunchConfig {
     LaunchConfig {

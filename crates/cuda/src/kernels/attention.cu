@@ -15,9 +15,16 @@
 #define ATTN_WARPS (ATTN_THREADS / WARP)
 #define ATTN_TILE 64
 #define ATTN_MAX_DIM 256
-// a merge thread per split: at most ATTN_THREADS
+// a merge thread per split: at most MERGE_THREADS
 #define ATTN_MAX_SPLITS 128
-#define ATTN_AHEAD 4
+// the merge's threads: 16 warps, so each walks few splits (its latency is a warp's chain)
+#define MERGE_THREADS 512
+#define MERGE_WARPS (MERGE_THREADS / WARP)
+// K or V rows a lane loads at once: 2 keeps the registers at four heads under 100, so a
+// long context's splits fit in one wave
+#ifndef ATTN_AHEAD
+#define ATTN_AHEAD 2
+#endif
 
 // 8 f16 of a row from element 8 * sub, zeros past head_dim, where a 16-byte load cannot go
 __device__ __noinline__ uint4 kv_load8_edge(const u16* p, int n) {
@@ -81,8 +88,11 @@ __device__ __forceinline__ void attention_heads(
     int tpr = 1;  // lanes per key row: 8 elements each
     while (tpr * 8 < head_dim) tpr <<= 1;
     int kv_width = n_head_kv * head_dim;
+    // metadata before waiting: it is uploaded before a forward's first kernel, and no kernel
+    // writes it
     int n_kv = min((int)*n_kv_at, capacity);
     int pos = positions[r];
+    PDL_ENTER();
     int last = min(min(pos, n_kv - 1), split * chunk + chunk - 1);
     int first = max(window > 0 ? max(0, pos + 1 - window) : 0, split * chunk);
     const float* qr = q + ((u64)r * n_head + h0) * head_dim;
@@ -224,7 +234,7 @@ __device__ __forceinline__ void attention_heads(
         const float* q, const u16* k_plane, const u16* v_plane, float* out, float* part,    \
         const u32* positions, const u32* n_kv_at, int capacity, int n_head, int n_head_kv,  \
         int head_dim, float scale, int window, float softcap, int chunk, i8* q8,             \
-        float* q8d) { PDL_ENTER();                                                           \
+        float* q8d) {                                                                        \
         attention_heads<G>(q, k_plane, v_plane, out, part, positions, n_kv_at, capacity,   \
                            n_head, n_head_kv, head_dim, scale, window, softcap, chunk, q8,  \
                            q8d);                                                             \
@@ -235,15 +245,15 @@ ATTENTION_HEADS(4)
 ATTENTION_HEADS(8)
 
 // block per (head, row): the splits' partials of attention_f32_f16 merged. Thread s weighs
-// split s (n_split <= ATTN_MAX_SPLITS), warp w sums splits w, w + ATTN_WARPS, ... (lane l
+// split s (n_split <= ATTN_MAX_SPLITS), warp w sums splits w, w + MERGE_WARPS, ... (lane l
 // dims l, l + 32, ...): fixed slots, empty splits skipped, so a row's bits do not depend on
 // how many empty splits follow it.
-extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
+extern "C" __global__ void __launch_bounds__(MERGE_THREADS)
     attention_merge_f32(const float* part, float* out, int n_head, int head_dim, int n_split,
                         i8* q, float* qd) {
     PDL_ENTER();
-    __shared__ float s_w[ATTN_THREADS], s_big[ATTN_WARPS], s_total[ATTN_WARPS];
-    __shared__ float s_acc[ATTN_WARPS][ATTN_MAX_DIM];
+    __shared__ float s_w[MERGE_THREADS], s_big[MERGE_WARPS], s_total[MERGE_WARPS];
+    __shared__ float s_acc[MERGE_WARPS][ATTN_MAX_DIM];
     int h = blockIdx.x, r = blockIdx.y, rows = gridDim.y;
     int t = threadIdx.x, warp = t / WARP, lane = t % WARP;
     u64 head = (u64)r * n_head + h;
@@ -258,34 +268,36 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
     if (lane == 0) s_big[warp] = big;
     __syncthreads();
     big = s_big[0];
-    for (int w = 1; w < ATTN_WARPS; w++) big = fmaxf(big, s_big[w]);
+    for (int w = 1; w < MERGE_WARPS; w++) big = fmaxf(big, s_big[w]);
     float wt = l > 0.0f ? expf(m - big) : 0.0f;
     s_w[t] = wt;
     float total = warp_sum(l * wt);
     if (lane == 0) s_total[warp] = total;
     __syncthreads();
     total = s_total[0];
-    for (int w = 1; w < ATTN_WARPS; w++) total += s_total[w];
+    for (int w = 1; w < MERGE_WARPS; w++) total += s_total[w];
+    // a lane's dims: l + 32 c for c < n_c
+    int n_c = (head_dim + WARP - 1) / WARP;
     float acc[ATTN_MAX_DIM / WARP];
 #pragma unroll
     for (int c = 0; c < ATTN_MAX_DIM / WARP; c++) acc[c] = 0.0f;
 #pragma unroll 4
-    for (int s = warp; s < n_split; s += ATTN_WARPS) {
+    for (int s = warp; s < n_split; s += MERGE_WARPS) {
         float w = s_w[s];
+        if (w <= 0.0f) continue;
         const float* p = p0 + s * stride + 2;
 #pragma unroll
         for (int c = 0; c < ATTN_MAX_DIM / WARP; c++) {
             int d = WARP * c + lane;
-            float x = w > 0.0f && d < head_dim ? p[d] : 0.0f;
-            acc[c] = w > 0.0f ? fmaf(x, w, acc[c]) : acc[c];
+            if (c < n_c) acc[c] = fmaf(d < head_dim ? p[d] : 0.0f, w, acc[c]);
         }
     }
 #pragma unroll
     for (int c = 0; c < ATTN_MAX_DIM / WARP; c++) s_acc[warp][WARP * c + lane] = acc[c];
     __syncthreads();
-    for (int d = t; d < head_dim; d += ATTN_THREADS) {
+    for (int d = t; d < head_dim; d += MERGE_THREADS) {
         float sum = s_acc[0][d];
-        for (int w = 1; w < ATTN_WARPS; w++) sum += s_acc[w][d];
+        for (int w = 1; w < MERGE_WARPS; w++) sum += s_acc[w][d];
         attn_store(out, q, qd, head * head_dim + d, total > 0.0f ? sum / total : 0.0f);
     }
 }

@@ -1,18 +1,18 @@
 // The few-row matmul on 8-bit activations (what llama.cpp's mmvq does): x is first quantized
 // per 32-element block to int8 with one f32 scale (`quantize_q8_f32_i8` in ops.cu), then a warp
-// owns one output row and walks its weight row once for up to R (1, 2, 4 or 8, a template so
-// the row loops unroll) activation rows, consecutive lanes reading consecutive words of each
-// block and multiplying four int8 pairs per instruction (dp4a). A lane first loads Q8_AHEAD
-// steps of weights, then uses them, so several loads are in flight per lane. A row's sum is
-// formed by the same operations (rounding intrinsics, never contracted differently) whatever R
-// and the other rows are.
+// (or a few) owns one output row and walks its weight row once for up to R (1, 2, 4 or 8, a
+// template so the row loops unroll) activation rows, consecutive lanes reading consecutive
+// words of each block and multiplying four int8 pairs per instruction (dp4a). A lane first
+// loads Q8_AHEAD steps of weights, then uses them, so several loads are in flight per lane. A
+// row's sum is formed by the same operations (rounding intrinsics, never contracted
+// differently) whatever R and the other rows are.
 #define Q8_WARPS 4
-// warps sharing one output row of matmul_q8 (each a share of its blocks), so a 4096-row
-// weight keeps twice the warps (and loads) in flight
-#define Q8_SPLIT 2
-// weight steps a lane loads before using the first: matmul_q8, and per weight of the glu pair
+// weight steps a lane loads before using the first: matmul_q8 (whose `parts` warps share an
+// output row, the fewest whose shares fit one such round), and per weight of the glu pair
 #define Q8_AHEAD 4
+#ifndef Q8_AHEAD_GLU
 #define Q8_AHEAD_GLU 2
+#endif
 
 __device__ __forceinline__ int dp4a(int a, int b, int c) { return __dp4a(a, b, c); }
 
@@ -203,17 +203,27 @@ template <int TY> __device__ __forceinline__ int q8_steps(int n_in) {
     return (q8_units<TY>(n_in) + per - 1) / per;
 }
 
+// N steps of a lane's weight row wr from step s0, `stride` apart. The weights do not depend
+// on the kernel before, so a block loads its first round before PDL_ENTER: those loads
+// overlap that kernel's tail instead of following it.
+template <int TY, int N>
+__device__ __forceinline__ void q8_load(Q8Frag<TY>* f, const u8* wr, int s0, int stride,
+                                        int lane, int n_units) {
+#pragma unroll
+    for (int i = 0; i < N; i++) f[i].load(wr, s0 + i * stride, lane, n_units);
+}
+
 // One lane's part of weight row wr (n_in elements) against activation rows xr, dr (n_rows of
-// them), into acc: steps part, part + parts, ... of the row, Q8_AHEAD loaded at a time.
+// them), into acc: steps part, part + parts, ... of the row, Q8_AHEAD loaded at a time, the
+// first round already in f.
 template <int TY, int R>
-__device__ __forceinline__ void row_q8(const u8* __restrict__ wr, const i8* __restrict__ xr,
-                                       const float* __restrict__ dr, int n_rows, int n_in,
-                                       int lane, float* acc, int part, int parts) {
+__device__ __forceinline__ void row_q8(Q8Frag<TY>* f, const u8* __restrict__ wr,
+                                       const i8* __restrict__ xr, const float* __restrict__ dr,
+                                       int n_rows, int n_in, int lane, float* acc, int part,
+                                       int parts) {
     int n_units = q8_units<TY>(n_in), n_steps = q8_steps<TY>(n_in);
     for (int s0 = part; s0 < n_steps; s0 += parts * Q8_AHEAD) {
-        Q8Frag<TY> f[Q8_AHEAD];
-#pragma unroll
-        for (int i = 0; i < Q8_AHEAD; i++) f[i].load(wr, s0 + i * parts, lane, n_units);
+        if (s0 != part) q8_load<TY, Q8_AHEAD>(f, wr, s0, parts, lane, n_units);
 #pragma unroll
         for (int i = 0; i < Q8_AHEAD; i++)
             f[i].template dot<R>(s0 + i * parts, lane, xr, dr, n_rows, n_in, acc);
@@ -221,16 +231,16 @@ __device__ __forceinline__ void row_q8(const u8* __restrict__ wr, const i8* __re
 }
 
 // Up to three weights of this type and width, one launch (q, k and v): blockIdx.x runs over
-// the blocks of w0's rows, then w1's, then w2's. Q8_SPLIT warps per output row, their sums
-// added in shared memory in one order.
+// the blocks of w0's rows, then w1's, then w2's. `parts` (1, 2 or 4) warps per output row,
+// their sums added in shared memory in one order.
 template <int TY, int R>
 __device__ void matmul_q8_body(const u8* w0, const u8* w1, const u8* w2, float* out0,
                                float* out1, float* out2, int n0, int n1, int n2,
                                const i8* __restrict__ xq, const float* __restrict__ xd,
-                               int n_in, int rows, u64 row_bytes) {
-    const int per_block = Q8_WARPS / Q8_SPLIT;
+                               int n_in, int rows, u64 row_bytes, int parts) {
+    int per_block = Q8_WARPS / parts;
     __shared__ float sums[Q8_WARPS][R];
-    int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, part = warp % Q8_SPLIT;
+    int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, part = warp % parts;
     int b = blockIdx.x, b0 = (n0 + per_block - 1) / per_block, b1 = (n1 + per_block - 1) / per_block;
     const u8* w = w0;
     float* out = out0;
@@ -240,7 +250,11 @@ __device__ void matmul_q8_body(const u8* w0, const u8* w1, const u8* w2, float* 
     } else if (b >= b0) {
         w = w1, out = out1, n_out = n1, b -= b0;
     }
-    int o = b * per_block + warp / Q8_SPLIT;
+    int o = b * per_block + warp / parts;
+    const u8* wr = w + (u64)o * row_bytes;
+    Q8Frag<TY> f[Q8_AHEAD];
+    if (o < n_out) q8_load<TY, Q8_AHEAD>(f, wr, part, parts, lane, q8_units<TY>(n_in));
+    PDL_ENTER();
     int r0 = blockIdx.y * R;
     int n_rows = min(R, rows - r0);
     float acc[R];
@@ -248,8 +262,8 @@ __device__ void matmul_q8_body(const u8* w0, const u8* w1, const u8* w2, float* 
     for (int r = 0; r < R; r++) acc[r] = 0.0f;
     // no early return: every warp reaches the barrier
     if (o < n_out)
-        row_q8<TY, R>(w + (u64)o * row_bytes, xq + (u64)r0 * n_in, xd + (u64)r0 * (n_in / 32),
-                      n_rows, n_in, lane, acc, part, Q8_SPLIT);
+        row_q8<TY, R>(f, wr, xq + (u64)r0 * n_in, xd + (u64)r0 * (n_in / 32), n_rows, n_in,
+                      lane, acc, part, parts);
 #pragma unroll
     for (int r = 0; r < R; r++) {
         float total = warp_sum(acc[r]);
@@ -258,7 +272,7 @@ __device__ void matmul_q8_body(const u8* w0, const u8* w1, const u8* w2, float* 
     __syncthreads();
     if (o < n_out && part == 0 && lane < n_rows) {
         float total = 0.0f;
-        for (int p = 0; p < Q8_SPLIT; p++) total += sums[warp + p][lane];
+        for (int p = 0; p < parts; p++) total += sums[warp + p][lane];
         out[(u64)(r0 + lane) * n_out + o] = total;
     }
 }
@@ -272,23 +286,27 @@ __device__ void matmul_glu_q8_body(const u8* __restrict__ wg, const u8* __restri
                                    u64 row_bytes, int act) {
     int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
     int o = blockIdx.x * Q8_WARPS + warp;
+    int n_units = q8_units<TY>(n_in), n_steps = q8_steps<TY>(n_in);
+    const u8* gr = wg + (u64)o * row_bytes;
+    const u8* ur = wu + (u64)o * row_bytes;
+    Q8Frag<TY> fg[Q8_AHEAD_GLU], fu[Q8_AHEAD_GLU];
+    if (o < n_out) {
+        q8_load<TY, Q8_AHEAD_GLU>(fg, gr, 0, 1, lane, n_units);
+        q8_load<TY, Q8_AHEAD_GLU>(fu, ur, 0, 1, lane, n_units);
+    }
+    PDL_ENTER();
     if (o >= n_out) return;
     int r0 = blockIdx.y * R;
     int n_rows = min(R, rows - r0);
     const i8* xr = xq + (u64)r0 * n_in;
     const float* dr = xd + (u64)r0 * (n_in / 32);
-    const u8* gr = wg + (u64)o * row_bytes;
-    const u8* ur = wu + (u64)o * row_bytes;
     float g[R], u[R];
 #pragma unroll
     for (int r = 0; r < R; r++) g[r] = u[r] = 0.0f;
-    int n_units = q8_units<TY>(n_in), n_steps = q8_steps<TY>(n_in);
     for (int s0 = 0; s0 < n_steps; s0 += Q8_AHEAD_GLU) {
-        Q8Frag<TY> fg[Q8_AHEAD_GLU], fu[Q8_AHEAD_GLU];
-#pragma unroll
-        for (int i = 0; i < Q8_AHEAD_GLU; i++) {
-            fg[i].load(gr, s0 + i, lane, n_units);
-            fu[i].load(ur, s0 + i, lane, n_units);
+        if (s0 != 0) {
+            q8_load<TY, Q8_AHEAD_GLU>(fg, gr, s0, 1, lane, n_units);
+            q8_load<TY, Q8_AHEAD_GLU>(fu, ur, s0, 1, lane, n_units);
         }
 #pragma unroll
         for (int i = 0; i < Q8_AHEAD_GLU; i++) {

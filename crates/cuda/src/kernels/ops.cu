@@ -24,13 +24,24 @@ __device__ __forceinline__ void quantize_q8_part(const float* v, int per, bool o
     if (at % 32 == 0) qd[at / 32] = scale;
 }
 
+// element i of n of a norm weight (four of them when vec), as the norm scales by it: w or
+// 1 + w; zeros past the end
+__device__ __forceinline__ float4 norm_weight(const float* w, int i, int n, bool vec,
+                                              int plus_one) {
+    float4 g = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (i >= n) return g;
+    if (vec) g = ((const float4*)w)[i];
+    else g.x = w[i];
+    if (plus_one) g.x += 1.0f, g.y += 1.0f, g.z += 1.0f, g.w += 1.0f;
+    return g;
+}
+
 // block per row; x += delta when given (written back), then out = x * rsqrt(mean(x^2) + eps) *
 // (w or 1 + w). out may be x. With q (width a multiple of 32), out is also quantized into
 // q, qd, the decode matmul's 8-bit activations, sparing it a launch.
 extern "C" __global__ void rms_norm_f32_f32(float* x, const float* delta, float* out,
                                             const float* w, int width, float eps, int plus_one,
                                             i8* q, float* qd) {
-    PDL_ENTER();
     __shared__ float partial[32];
     float* xr = x + (u64)blockIdx.x * width;
     float* outr = out + (u64)blockIdx.x * width;
@@ -39,6 +50,9 @@ extern "C" __global__ void rms_norm_f32_f32(float* x, const float* delta, float*
     // 4096-wide row is one step of 1024 threads instead of 32 dependent loads per thread
     bool vec = width % 4 == 0 && ((u64)x | (u64)out | (u64)w | (u64)delta) % 16 == 0;
     int n = vec ? width / 4 : width;
+    // the weight does not depend on the kernel before: its first pass loads before waiting
+    float4 g0 = norm_weight(w, threadIdx.x, n, vec, plus_one);
+    PDL_ENTER();
     float ss = 0.0f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         if (vec) {
@@ -74,15 +88,14 @@ extern "C" __global__ void rms_norm_f32_f32(float* x, const float* delta, float*
         int i = base + threadIdx.x;
         bool on = i < n;
         float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float4 g = base == 0 ? g0 : norm_weight(w, i, n, vec, plus_one);
         if (on && vec) {
-            float4 xv = ((float4*)xr)[i], g = ((const float4*)w)[i];
-            if (plus_one) g.x += 1.0f, g.y += 1.0f, g.z += 1.0f, g.w += 1.0f;
+            float4 xv = ((float4*)xr)[i];
             v[0] = xv.x * scale * g.x, v[1] = xv.y * scale * g.y;
             v[2] = xv.z * scale * g.z, v[3] = xv.w * scale * g.w;
             ((float4*)outr)[i] = make_float4(v[0], v[1], v[2], v[3]);
         } else if (on) {
-            float g = plus_one ? 1.0f + w[i] : w[i];
-            v[0] = xr[i] * scale * g;
+            v[0] = xr[i] * scale * g.x;
             outr[i] = v[0];
         }
         if (q) quantize_q8_part(v, vec ? 4 : 1, on, row0 + (u64)i * (vec ? 4 : 1), q, qd);
@@ -163,15 +176,21 @@ extern "C" __global__ void rope_kv_f32_f16(float* q, float* k, const float* v, u
                                            u16* v_plane, const u32* positions, int rows,
                                            int n_head, int n_head_kv, int head_dim, float theta,
                                            float freq_scale, int neox) {
-    PDL_ENTER();
     int half_dim = head_dim / 2, heads = n_head + n_head_kv, kv_width = n_head_kv * head_dim;
-    u64 total = (u64)rows * heads * half_dim;
-    for (u64 t = blockIdx.x * (u64)blockDim.x + threadIdx.x; t < total; t += (u64)gridDim.x * blockDim.x) {
+    u64 total = (u64)rows * heads * half_dim, t0 = blockIdx.x * (u64)blockDim.x + threadIdx.x;
+    // the first pass's angle before waiting: positions are uploaded before a forward's first
+    // kernel and no kernel writes them
+    float cs0 = 1.0f, sn0 = 0.0f;
+    if (t0 < total)
+        rope_angle(positions[t0 / half_dim / heads], t0 % half_dim, head_dim, theta, freq_scale,
+                   &cs0, &sn0);
+    PDL_ENTER();
+    for (u64 t = t0; t < total; t += (u64)gridDim.x * blockDim.x) {
         int i = t % half_dim, a, b;
         u64 rh = t / half_dim;
         int r = rh / heads, hh = rh % heads;
-        float cs, sn;
-        rope_angle(positions[r], i, head_dim, theta, freq_scale, &cs, &sn);
+        float cs = cs0, sn = sn0;
+        if (t != t0) rope_angle(positions[r], i, head_dim, theta, freq_scale, &cs, &sn);
         if (hh < n_head) {
             rope_pair(q + ((u64)r * n_head + hh) * head_dim, i, head_dim, neox, cs, sn, &a, &b);
             continue;
