@@ -9,9 +9,11 @@ typedef unsigned long long u64;
 
 #define WARP 32
 
-// Programmatic dependent launch, the first statement of every kernel: wait until the grid
-// before has finished (its writes visible), then let the next one launch, so a launch and
-// its first blocks overlap the tail of the kernel before. No-ops in a launch without it.
+// Programmatic dependent launch, before a kernel's first access to anything a kernel writes:
+// wait until the grid before has finished (its writes visible), then let the next one
+// launch, so a launch and its first blocks overlap the tail of the kernel before. Only
+// weights and the forward's metadata (uploaded before its first kernel) are read ahead of it.
+// No-ops in a launch without it.
 #if __CUDA_ARCH__ >= 900
 #define PDL_ENTER() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
 #else
