@@ -4,7 +4,8 @@
 # tg128, rows 1..16, tg128 at depth 4096, tg128 without graphs and without PDL), per-kernel
 # times by ncu, and with LLAMA=1 llama-bench built from the packed source on the same files.
 # PREV=an earlier bins.tar.xz benches its tg128 rows beside ours. Logs go to $OUT.
-# NCU=0 skips the profiles; TUNES benches kernel variants (ISHIZUKI_CUDA_TUNE) beside the default.
+# NCU=0 skips the profiles; TUNES benches kernel variants (ISHIZUKI_CUDA_TUNE) beside the default,
+# at the depths TUNE_DEPTHS (default "0 4096") or, for a variant written NAME=V@D, at depth D.
 #   OUT=/tmp/out [LLAMA=1] [Q8=1] [PREV=tarball] [NCU=0] [NCU_KERNELS=regex] [TUNES="A=1 B=2"] \
 #       bash bench/cuda-run.sh [DIR]
 set -uo pipefail
@@ -67,8 +68,10 @@ fi
 # with TUNES="NAME=V[,NAME=V] ..." (ISHIZUKI_CUDA_TUNE values), each kernel variant's tg128
 # rows after the default's
 for tune in ${TUNES:-}; do
+    depths=${TUNE_DEPTHS:-0 4096}
+    case $tune in *@*) depths=${tune#*@} tune=${tune%@*} ;; esac
     for t in "" "$tune"; do
-        for d in 0 4096; do
+        for d in $depths; do
             echo "== tune '$t' d$d" >>"$out/variants.log"
             ISHIZUKI_CUDA_TUNE=$t timeout 200 "$b/ishizuki" bench --device cuda -m $q4 -p 0 -n 128 \
                 -d $d -r 2 2>&1 | grep -E "tg128|rror" | tee -a "$out/variants.log"

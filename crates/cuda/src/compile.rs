@@ -5,6 +5,7 @@ use cudarc::nvrtc::{result, sys};
 use ishizuki_core::{Error, Result};
 use sha2::{Digest, Sha256};
 use std::ffi::{c_char, c_int, CStr, CString};
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
 /// What the binary depends on besides the source.
@@ -18,22 +19,29 @@ pub struct Target {
     pub defines: Vec<(String, u32)>,
 }
 
-/// Device-side constants a run may override, for measuring variants without a rebuild; the
-/// host mirrors none of them.
-pub const TUNABLE: [&str; 2] = ["Q8_AHEAD_GLU", "ATTN_AHEAD"];
+/// Device-side constants a run may override, for measuring variants without a rebuild, with
+/// the values each takes; the host mirrors none of them.
+pub const TUNABLE: [(&str, RangeInclusive<u32>); 3] = [
+    ("Q8_AHEAD_GLU", 1..=8),
+    ("ATTN_AHEAD", 1..=8),
+    ("Q8_PREFETCH", 0..=1),
+];
 
-/// `ISHIZUKI_CUDA_TUNE=NAME=VALUE[,NAME=VALUE]` parsed: names from [`TUNABLE`], values 1..=8.
+/// `ISHIZUKI_CUDA_TUNE=NAME=VALUE[,NAME=VALUE]` parsed: names and values from [`TUNABLE`].
 pub fn tune_defines(spec: Option<&str>) -> Result<Vec<(String, u32)>> {
     let mut out = Vec::new();
     for item in spec.unwrap_or("").split(',').filter(|s| !s.is_empty()) {
         let bad = || {
             Error::Backend(format!(
-                "cuda: ISHIZUKI_CUDA_TUNE: {item:?} is not one of {TUNABLE:?}=1..8"
+                "cuda: ISHIZUKI_CUDA_TUNE: {item:?} is not one of {TUNABLE:?}"
             ))
         };
         let (name, value) = item.split_once('=').ok_or_else(bad)?;
         let value: u32 = value.parse().map_err(|_| bad())?;
-        if !TUNABLE.contains(&name) || !(1..=8).contains(&value) {
+        if !TUNABLE
+            .iter()
+            .any(|(n, range)| *n == name && range.contains(&value))
+        {
             return Err(bad());
         }
         out.push((name.to_string(), value));
@@ -197,10 +205,17 @@ mod tests {
     #[test]
     fn tuning_takes_only_the_device_side_constants() {
         assert!(tune_defines(None).unwrap().is_empty());
-        let d = tune_defines(Some("Q8_AHEAD_GLU=3")).unwrap();
-        assert_eq!(d, vec![("Q8_AHEAD_GLU".to_string(), 3)]);
+        let d = tune_defines(Some("Q8_AHEAD_GLU=3,Q8_PREFETCH=0")).unwrap();
+        assert_eq!(
+            d,
+            vec![
+                ("Q8_AHEAD_GLU".to_string(), 3),
+                ("Q8_PREFETCH".to_string(), 0)
+            ]
+        );
         for bad in [
             "Q8_AHEAD=2",
+            "Q8_PREFETCH=2",
             "Q8_AHEAD_GLU=0",
             "Q8_AHEAD_GLU=9",
             "Q8_AHEAD_GLU",

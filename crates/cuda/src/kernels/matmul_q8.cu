@@ -13,6 +13,11 @@
 #ifndef Q8_AHEAD_GLU
 #define Q8_AHEAD_GLU 2
 #endif
+// 1: a row that takes more than one round of loads is asked of L2 whole first, so the later
+// rounds wait on L2, not DRAM (bench/cuda-run.sh's TUNES measures 0 against it)
+#ifndef Q8_PREFETCH
+#define Q8_PREFETCH 1
+#endif
 
 __device__ __forceinline__ int dp4a(int a, int b, int c) { return __dp4a(a, b, c); }
 
@@ -213,6 +218,15 @@ __device__ __forceinline__ void q8_load(Q8Frag<TY>* f, const u8* wr, int s0, int
     for (int i = 0; i < N; i++) f[i].load(wr, s0 + i * stride, lane, n_units);
 }
 
+// Part `part` of `parts` of a weight row asked of L2 (rows of the 8-bit types are whole
+// 16-byte units: Q4_K's 144-byte blocks, the planes' padding; others are left alone)
+__device__ __forceinline__ void q8_prefetch_row(const u8* wr, u64 row_bytes, int part,
+                                                int parts) {
+    if (row_bytes % 16 != 0) return;
+    u64 chunk = (row_bytes / parts + 15) / 16 * 16, at = (u64)part * chunk;
+    if (at < row_bytes) prefetch_l2(wr + at, (u32)min(chunk, row_bytes - at));
+}
+
 // One lane's part of weight row wr (n_in elements) against activation rows xr, dr (n_rows of
 // them), into acc: steps part, part + parts, ... of the row, Q8_AHEAD loaded at a time, the
 // first round already in f.
@@ -254,6 +268,9 @@ __device__ void matmul_q8_body(const u8* w0, const u8* w1, const u8* w2, float* 
     const u8* wr = w + (u64)o * row_bytes;
     Q8Frag<TY> f[Q8_AHEAD];
     if (o < n_out) q8_load<TY, Q8_AHEAD>(f, wr, part, parts, lane, q8_units<TY>(n_in));
+    bool rounds = q8_steps<TY>(n_in) > parts * Q8_AHEAD;
+    if (Q8_PREFETCH && rounds && lane == 0 && blockIdx.y == 0 && o < n_out)
+        q8_prefetch_row(wr, row_bytes, part, parts);
     PDL_ENTER();
     int r0 = blockIdx.y * R;
     int n_rows = min(R, rows - r0);
@@ -294,6 +311,9 @@ __device__ void matmul_glu_q8_body(const u8* __restrict__ wg, const u8* __restri
         q8_load<TY, Q8_AHEAD_GLU>(fg, gr, 0, 1, lane, n_units);
         q8_load<TY, Q8_AHEAD_GLU>(fu, ur, 0, 1, lane, n_units);
     }
+    // lane 0 the gate row, lane 1 the up row
+    if (Q8_PREFETCH && n_steps > Q8_AHEAD_GLU && lane < 2 && blockIdx.y == 0 && o < n_out)
+        q8_prefetch_row(lane == 0 ? gr : ur, row_bytes, 0, 1);
     PDL_ENTER();
     if (o >= n_out) return;
     int r0 = blockIdx.y * R;
