@@ -3,7 +3,8 @@
 # Llama-3.1-8B-shaped Q4_K_M (and with Q8=1 a Q8_0) synthesized there, `ishizuki bench` (pp512,
 # tg128, rows 1..16, tg128 at depth 4096, tg128 without graphs and without PDL), per-kernel
 # times by ncu, and with LLAMA=1 llama-bench built from the packed source on the same files.
-# PREV=an earlier bins.tar.xz benches its tg128 rows beside ours. Logs go to $OUT.
+# PREV=an earlier bins.tar.xz benches its tg128 rows beside ours (at PREV_DEPTHS, default
+# "0 4096"). Logs go to $OUT.
 # NCU=0 skips the profiles; TUNES benches kernel variants (ISHIZUKI_CUDA_TUNE) beside the default,
 # at the depths TUNE_DEPTHS (default "0 4096") or, for a variant written NAME=V@D, at depth D.
 #   OUT=/tmp/out [LLAMA=1] [Q8=1] [PREV=tarball] [NCU=0] [NCU_KERNELS=regex] [TUNES="A=1 B=2"] \
@@ -58,7 +59,7 @@ ISHIZUKI_CUDA_PDL=0 bench -m $q4 -p 0 -n 128 -r 2
 if [ -n "${PREV:-}" ]; then
     mkdir -p /tmp/prev && tar xJf "$PREV" -C /tmp/prev
     for v in /tmp/prev/bins "$b"; do
-        for d in 0 4096; do
+        for d in ${PREV_DEPTHS:-0 4096}; do
             echo "== $v d$d" >>"$out/variants.log"
             timeout 200 "$v/ishizuki" bench --device cuda -m $q4 -p 0 -n 128 -d $d -r 2 2>&1 |
                 grep "tg128" | tee -a "$out/variants.log"
