@@ -138,6 +138,15 @@ fn host(be: &dyn Backend, b: &Buffer, n: usize) -> Vec<f32> {
     out
 }
 
+/// `x (rows, w.n_in) . w^T` on `be` from a fresh upload of `x`: the bits of a matmul that
+/// quantizes its input itself.
+fn matmul_of(be: &dyn Backend, w: &LoadedWeight, x: &[f32], rows: usize) -> Vec<f32> {
+    let mut out = be.alloc(rows * w.n_out).unwrap();
+    be.matmul(w, &be.load_vector(x).unwrap(), rows, &mut out)
+        .unwrap();
+    host(be, &out, rows * w.n_out)
+}
+
 /// The same op on both backends: `f(backend, inputs) -> output buffer` with inputs uploaded.
 fn both(
     cpu: &dyn Backend,
@@ -661,21 +670,19 @@ fn a_norm_quantizes_for_the_next_matmul_only() {
         cuda.matmul(&wg, &out, rows, &mut mm).unwrap();
         (host(cuda, &out, rows * n_in), host(cuda, &mm, rows * n_out))
     };
-    let matmul_of = |be: &dyn Backend, w: &LoadedWeight, v: &[f32]| {
-        let mut mm = be.alloc(rows * n_out).unwrap();
-        be.matmul(w, &be.load_vector(v).unwrap(), rows, &mut mm)
-            .unwrap();
-        host(be, &mm, rows * n_out)
-    };
     let (out, fused) = normed(false);
-    assert_eq!(fused, matmul_of(cuda, &wg, &out), "fused quantization");
+    assert_eq!(
+        fused,
+        matmul_of(cuda, &wg, &out, rows),
+        "fused quantization"
+    );
     let (touched, after) = normed(true);
-    assert_eq!(after, matmul_of(cuda, &wg, &touched), "after a write");
+    assert_eq!(after, matmul_of(cuda, &wg, &touched, rows), "after a write");
     let tol = Q8_ACTIVATION_NMSE;
     assert_close(
         "after a write, the CPU",
         &after,
-        &matmul_of(&cpu, &wc, &touched),
+        &matmul_of(&cpu, &wc, &touched, rows),
         tol,
     );
 }
@@ -723,12 +730,10 @@ fn attention_quantizes_for_the_output_matmul() {
         cuda.attention(&q, &kv, 0, &meta, &p, &mut out).unwrap();
         let mut fused = cuda.alloc(rows * n_out).unwrap();
         cuda.matmul(&w, &out, rows, &mut fused).unwrap();
-        let copy = cuda.load_vector(&host(cuda, &out, rows * n_in)).unwrap();
-        let mut apart = cuda.alloc(rows * n_out).unwrap();
-        cuda.matmul(&w, &copy, rows, &mut apart).unwrap();
+        let copy = host(cuda, &out, rows * n_in);
         assert_eq!(
             host(cuda, &fused, rows * n_out),
-            host(cuda, &apart, rows * n_out),
+            matmul_of(cuda, &w, &copy, rows),
             "{start} cached keys, {rows} rows"
         );
     }
