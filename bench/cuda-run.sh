@@ -5,7 +5,7 @@
 # times by ncu, and with LLAMA=1 llama-bench built from the packed source on the same files.
 # PREV=an earlier bins.tar.xz benches its tg128 rows beside ours (at PREV_DEPTHS, default
 # "0 4096"). Logs go to $OUT.
-# NCU=0 skips the profiles; TUNES benches kernel variants (ISHIZUKI_CUDA_TUNE) beside the default,
+# NCU=0 skips the profiles; NSYS=1 traces the decode graph's kernels; TUNES benches kernel variants (ISHIZUKI_CUDA_TUNE) beside the default,
 # at the depths TUNE_DEPTHS (default "0 4096") or, for a variant written NAME=V@D, at depth D.
 #   OUT=/tmp/out [LLAMA=1] [Q8=1] [PREV=tarball] [NCU=0] [NCU_KERNELS=regex] [TUNES="A=1 B=2"] \
 #       bash bench/cuda-run.sh [DIR]
@@ -99,6 +99,16 @@ ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -
     --kernel-name "regex:attention" --launch-skip 600 --launch-count 4 \
     --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
     "$b/ishizuki" bench -m $q4 --device cuda -p 0 -n 8 -d 4096 -r 1 >>"$out/ncu-detail.txt" 2>&1
+# with NSYS=1, every kernel's start and end inside the replayed decode graph, PDL overlap included
+nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+if [ "${NSYS:-0}" = 1 ] && [ -n "$nsys" ]; then
+    timeout 120 "$nsys" profile --cuda-graph-trace=node -o /tmp/decode --force-overwrite true \
+        "$b/ishizuki" bench -m $q4 --device cuda -p 0 -n 16 -r 1 >/tmp/nsys.log 2>&1
+    timeout 120 "$nsys" stats --report cuda_gpu_trace --format csv -o /tmp/decode \
+        /tmp/decode.nsys-rep >>/tmp/nsys.log 2>&1
+    tail -5 /tmp/nsys.log >"$out/nsys.log"
+    xz -c /tmp/decode_cuda_gpu_trace.csv >"$out/nsys-trace.csv.xz"
+fi
 if [ "${LLAMA:-0}" = 1 ]; then
     wait $llama
     tail -1 /tmp/llama-build.log | tee -a "$out/bench.log"
