@@ -8,7 +8,7 @@ use crate::events::{DraftUsage, Event, FinishReason, TokenLogprob};
 use crate::output::{OutputProcessor, Piece};
 use crate::prefix_cache::Slot;
 use crate::request::ToolCall;
-use crate::sampler::Sampler;
+use crate::sampler::{Candidate, Sampler};
 use ishizuki_models::Logits;
 use llguidance::Matcher;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -148,12 +148,13 @@ struct Decoder<'s, 'a> {
     matcher: Option<Matcher>,
 }
 
-/// A forward's output as its rows' sampling needs it: the logits, or, for greedy decoding that
-/// nothing else reads them for (no penalties, grammar or logprobs), each row's argmax, found by
-/// the backend, so a GPU reads back a few ids instead of every row's vocabulary.
+/// A forward's output as its rows' sampling needs it: the logits, or, where nothing else reads
+/// them (no penalties, grammar or logprobs), each row's argmax (greedy) or its top-k logits
+/// (top-k sampling), found by the backend, so a GPU reads back a few ids, not a vocabulary.
 enum Out {
     Logits(Vec<f32>),
     Ids(Vec<u32>),
+    Top(Vec<Vec<Candidate>>),
 }
 
 /// How a forward's rows ended: drafted tokens kept, the token after them, or the finish.
@@ -238,7 +239,7 @@ impl Step<'_> {
             } else {
                 Logits::All
             };
-            let ids_only = d.argmax_suffices();
+            let (ids_only, top_only) = (d.argmax_suffices(), d.top_suffices());
             let (next_out, next_mask, secs) = std::thread::scope(|s| {
                 let job = d
                     .matcher
@@ -249,6 +250,11 @@ impl Step<'_> {
                     self.model
                         .forward_argmax(&inputs, cache, want)
                         .map(Out::Ids)
+                } else if top_only {
+                    let k = d.sampler.config().top_k;
+                    self.model
+                        .forward_top_k(&inputs, cache, want, k)
+                        .map(Out::Top)
                 } else {
                     self.model.forward(&inputs, cache, want).map(Out::Logits)
                 };
@@ -321,6 +327,7 @@ impl Decoder<'_, '_> {
         let n_rows = match out {
             Out::Logits(l) => l.len() / n_vocab,
             Out::Ids(ids) => ids.len(),
+            Out::Top(rows) => rows.len(),
         };
         let mut kept = 0;
         for i in 0..n_rows {
@@ -333,6 +340,7 @@ impl Decoder<'_, '_> {
             }
             let (id, constrained, raw) = match out {
                 Out::Ids(ids) => (ids[i], false, None),
+                Out::Top(rows) => (self.pick_top(&rows[i], i, draft)?, false, None),
                 Out::Logits(l) => {
                     let row = &mut l[i * n_vocab..(i + 1) * n_vocab];
                     self.pick(row, i, draft, first_mask.take())?
@@ -389,6 +397,24 @@ impl Decoder<'_, '_> {
             None => self.sampler.sample(row, &self.history),
         };
         Ok((id, constrained, raw))
+    }
+
+    /// Row `i`'s token from its top-k logits: sampled, or its drafted token verified.
+    fn pick_top(&mut self, top: &[Candidate], i: usize, draft: &Draft) -> Result<u32, Halt> {
+        let no_logit = || Halt::Fault("the model's logits hold no finite value".into());
+        let Some(&x) = draft.tokens.get(i) else {
+            return self.sampler.sample_top(top).ok_or_else(no_logit);
+        };
+        let dist = self.sampler.distribution_top(top).ok_or_else(no_logit)?;
+        Ok(verify_one(&dist, &draft.proposals[i], x, self.sampler.rng()).unwrap_or(x))
+    }
+
+    /// Whether the next forward's top-k logits say all its rows' sampling needs: a top-k draw
+    /// the backend can select for, no penalties, no grammar, no logprobs.
+    fn top_suffices(&self) -> bool {
+        self.sampler.top_suffices()
+            && self.matcher.is_none()
+            && self.step.p.request.logprobs.is_none()
     }
 
     /// Whether the next forward's argmax ids say all its rows' sampling needs: greedy, no

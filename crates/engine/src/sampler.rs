@@ -5,7 +5,7 @@
 //! buffers have grown to the vocabulary size.
 
 use crate::draft::Distribution;
-use std::cmp::Ordering;
+pub use ishizuki_core::backend::{by_logit_desc, top_candidates, Candidate};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Sampling parameters; the neutral value of each filter turns it off.
@@ -125,23 +125,11 @@ impl Rng {
     }
 }
 
-/// One surviving token: its id and current (processed) logit.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Candidate {
-    pub id: u32,
-    pub logit: f32,
-}
-
 /// The candidate list the processors narrow down; `sorted` = descending by logit.
 #[derive(Debug, Default)]
 pub struct Candidates {
     pub items: Vec<Candidate>,
     pub sorted: bool,
-}
-
-/// Descending logit, then ascending id: a total order, so partial selection is deterministic.
-fn by_logit_desc(a: &Candidate, b: &Candidate) -> Ordering {
-    b.logit.total_cmp(&a.logit).then(a.id.cmp(&b.id))
 }
 
 impl Candidates {
@@ -174,40 +162,31 @@ impl Candidates {
             .fold(f32::NEG_INFINITY, |m, c| m.max(c.logit))
     }
 
-    /// `fill_from` followed by [`top_k`], fused: one pass over the vocabulary that keeps at most
-    /// `2k` candidates, pruning back to the best `k` whenever the buffer fills.
+    /// `fill_from` followed by [`top_k`], fused: [`top_candidates`]' one pass, unless the
+    /// row holds +inf (whose tokens share all the mass).
     pub fn fill_top_k(&mut self, logits: &[f32], k: usize) {
         if k == 0 || logits.contains(&f32::INFINITY) {
             self.fill_from(logits);
             top_k(self, k);
             return;
         }
-        self.items.clear();
-        let capacity = k.saturating_mul(2).max(64);
-        // ids ascend, so a later token equal to the threshold loses the tie: strictly greater only
-        let mut threshold = f32::NEG_INFINITY;
-        for (id, &logit) in logits.iter().enumerate() {
-            if logit > threshold {
-                self.items.push(Candidate {
-                    id: id as u32,
-                    logit,
-                });
-                if self.items.len() == capacity {
-                    self.sort_prefix_unordered(k);
-                    self.items.truncate(k);
-                    threshold = self.items[k - 1].logit;
-                }
-            }
-        }
-        self.sorted = false;
-        top_k(self, k);
+        top_candidates(logits, k, &mut self.items);
+        self.sorted = true;
     }
 
-    /// Move the `n` best candidates to the front; the k-th best lands at index `n - 1`.
-    fn sort_prefix_unordered(&mut self, n: usize) {
-        if n > 0 && n < self.items.len() {
-            self.items.select_nth_unstable_by(n - 1, by_logit_desc);
+    /// The same list `fill_top_k(row, k)` makes, from a backend's `top_k(row, k)`.
+    pub fn fill_from_top(&mut self, top: &[Candidate]) {
+        self.items.clear();
+        if top.first().is_some_and(|c| c.logit == f32::INFINITY) {
+            let infinite = top.iter().take_while(|c| c.logit == f32::INFINITY);
+            self.items.extend(infinite.map(|c| Candidate {
+                id: c.id,
+                logit: 0.0,
+            }));
+        } else {
+            self.items.extend_from_slice(top);
         }
+        self.sorted = true;
     }
 
     /// Sort the `n` best candidates to the front (descending); the rest stay unordered.
@@ -376,7 +355,7 @@ pub fn draw(candidates: &Candidates, rng: &mut Rng) -> Option<u32> {
     Some(last.id) // rounding left a sliver of mass past the end
 }
 
-pub use ishizuki_core::backend::argmax;
+pub use ishizuki_core::backend::{argmax, TOP_K_MAX};
 
 /// A configured sampler with its RNG and reused buffers.
 #[derive(Debug)]
@@ -408,14 +387,29 @@ impl Sampler {
         if self.config.is_greedy() {
             return argmax(logits);
         }
-        self.narrow(logits);
+        let k = self.config.top_k;
+        self.narrow(|c| c.fill_top_k(logits, k));
         draw(&self.candidates, &mut self.rng).unwrap_or_else(|| argmax(logits))
     }
 
-    /// The candidates a stochastic draw chooses from: top-k, top-p, min-p, then temperature.
-    fn narrow(&mut self, logits: &[f32]) {
+    /// Whether `sample_top` and `distribution_top` may stand in for `sample` and `distribution`:
+    /// a stochastic draw from at most [`TOP_K_MAX`] candidates, no penalties.
+    pub fn top_suffices(&self) -> bool {
+        let c = &self.config;
+        !c.is_greedy() && !c.penalties_active() && (1..=TOP_K_MAX).contains(&c.top_k)
+    }
+
+    /// `sample` from a backend's `top_k(row, config.top_k)` (when `top_suffices`): the same
+    /// token and the same draw from the generator. `None` when the row had no finite logit.
+    pub fn sample_top(&mut self, top: &[Candidate]) -> Option<u32> {
+        self.narrow(|c| c.fill_from_top(top));
+        draw(&self.candidates, &mut self.rng)
+    }
+
+    /// The candidates a stochastic draw chooses from: `fill`, then top-p, min-p, temperature.
+    fn narrow(&mut self, fill: impl FnOnce(&mut Candidates)) {
         let (cfg, candidates) = (&self.config, &mut self.candidates);
-        candidates.fill_top_k(logits, cfg.top_k);
+        fill(candidates);
         top_p(candidates, cfg.top_p);
         min_p(candidates, cfg.min_p);
         temperature(candidates, cfg.temperature);
@@ -427,15 +421,30 @@ impl Sampler {
         if self.config.is_greedy() {
             return Distribution::one_hot(argmax(logits));
         }
-        self.narrow(logits);
+        let k = self.config.top_k;
+        self.narrow(|c| c.fill_top_k(logits, k));
+        self.narrowed()
+            .unwrap_or_else(|| Distribution::one_hot(argmax(logits)))
+    }
+
+    /// `distribution` from a backend's `top_k` (when `top_suffices`); `None` as `sample_top`.
+    pub fn distribution_top(&mut self, top: &[Candidate]) -> Option<Distribution> {
+        self.narrow(|c| c.fill_from_top(top));
+        self.narrowed()
+    }
+
+    /// The softmax of the narrowed candidates; `None` when none is left.
+    fn narrowed(&self) -> Option<Distribution> {
         let c = &self.candidates;
         if c.items.is_empty() {
-            return Distribution::one_hot(argmax(logits));
+            return None;
         }
         let max_logit = c.max_logit();
         let z = c.softmax_denominator(max_logit);
         let p = |l: f32| f64::from((l - max_logit).exp()) / z;
-        Distribution(c.items.iter().map(|x| (x.id, p(x.logit))).collect())
+        Some(Distribution(
+            c.items.iter().map(|x| (x.id, p(x.logit))).collect(),
+        ))
     }
 
     /// The sampler's generator, shared with verification so one seed fixes a whole request.
@@ -592,6 +601,66 @@ mod tests {
             assert_eq!(fused.items.len(), k);
             assert!(fused.sorted);
         }
+    }
+
+    /// A backend's `top_k` row stands in for the whole row: the same tokens from the same seed,
+    /// the same distributions, on rows with ties, NaN and infinities.
+    #[test]
+    fn sampling_a_backends_top_k_equals_sampling_the_row() {
+        let mut rng = Rng::new(12);
+        let configs = [
+            (1, 1.0, 0.0, 0.8),
+            (3, 0.5, 0.0, 1.5),
+            (40, 0.95, 0.05, 0.8),
+        ];
+        let configs = configs
+            .into_iter()
+            .chain([(1024, 0.9, 0.0, 0.3), (700, 1.0, 0.2, 1.0)]);
+        for (trial, (top_k, top_p, min_p, temperature)) in configs.enumerate() {
+            let cfg = SamplerConfig {
+                top_k,
+                top_p,
+                min_p,
+                ..stochastic(temperature, trial as u64)
+            };
+            let (mut whole, mut top) = (Sampler::new(cfg.clone()), Sampler::new(cfg));
+            assert!(top.top_suffices());
+            for row_index in 0..12 {
+                let mut row: Vec<f32> = random_logits(&mut rng, 5_000, 12.0)
+                    .iter()
+                    .map(|l| (l * 2.0).round() / 2.0)
+                    .collect();
+                row[row_index * 13] = f32::NAN;
+                row[row_index * 17 + 1] = f32::NEG_INFINITY;
+                if row_index % 4 == 3 {
+                    row[row_index * 19 + 2] = f32::INFINITY;
+                    row[row_index * 23 + 3] = f32::INFINITY;
+                }
+                let selected = &ishizuki_core::backend::top_k_rows(&row, 1, row.len(), top_k)[0];
+                let dist = whole.distribution(&mut row.clone(), &[]);
+                assert_eq!(top.distribution_top(selected), Some(dist), "trial {trial}");
+                for _ in 0..20 {
+                    let want = whole.sample(&mut row.clone(), &[]);
+                    assert_eq!(top.sample_top(selected), Some(want), "trial {trial}");
+                }
+            }
+        }
+        let nothing = [f32::NAN, f32::NEG_INFINITY];
+        let mut top = Sampler::new(SamplerConfig::default());
+        assert_eq!(
+            top.sample_top(&ishizuki_core::backend::top_k_rows(&nothing, 1, 2, 40)[0]),
+            None
+        );
+        let penalised = SamplerConfig {
+            repeat_penalty: 1.1,
+            ..SamplerConfig::default()
+        };
+        assert!(!Sampler::new(penalised).top_suffices());
+        assert!(!Sampler::new(SamplerConfig {
+            top_k: 0,
+            ..SamplerConfig::default()
+        })
+        .top_suffices());
     }
 
     #[test]

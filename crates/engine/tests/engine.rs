@@ -287,6 +287,39 @@ fn greedy_generation_is_the_argmax_chain() {
     }
 }
 
+/// Top-k sampling reads back each row's top k from the backend, never the row, and still draws
+/// the chain a sampler of the whole rows draws from the same seed.
+#[test]
+fn top_k_sampling_draws_the_chain_sampled_from_whole_rows() {
+    let mut e = engine(64, 1);
+    let model = tiny();
+    for (seed, top_k) in [(0, 40), (1, 3), (2, 1024)] {
+        let cfg = ishizuki_engine::SamplerConfig {
+            temperature: 1.3,
+            top_k,
+            top_p: 0.97,
+            min_p: 0.01,
+            seed,
+            ..ishizuki_engine::SamplerConfig::greedy()
+        };
+        let mut sampler = ishizuki_engine::sampler::Sampler::new(cfg.clone());
+        assert!(sampler.top_suffices());
+        let mut r = tokens(&PROMPT, Some(12));
+        (r.sampler, r.draft) = (cfg, false);
+        let got = done(&run(&mut e, r)).tokens.clone();
+        let mut cache = model.new_cache(64).unwrap();
+        let mut logits = model.forward(&PROMPT, &mut cache, Logits::Last).unwrap();
+        let mut want = Vec::new();
+        while want.len() < got.len() {
+            want.push(sampler.sample(&mut logits, &[]));
+            logits = model
+                .forward(&want[want.len() - 1..], &mut cache, Logits::Last)
+                .unwrap();
+        }
+        assert_eq!(got, want, "seed {seed}, top_k {top_k}");
+    }
+}
+
 #[test]
 fn perplexity_scores_every_token_after_the_first_of_each_window() {
     // The exact backend computes each row alone, so chunking cannot change a single bit.

@@ -6,7 +6,7 @@ use crate::kv_cache::KvCache;
 use crate::weights::{load_weights, LayerWeights, ModelWeights};
 use crate::workspace::{self, Workspace};
 use crate::ModelError;
-use ishizuki_core::backend::{AttnParams, RopeParams};
+use ishizuki_core::backend::{AttnParams, Candidate, RopeParams};
 use ishizuki_core::{Backend, Buffer, Error, ForwardMeta};
 use ishizuki_formats::GgufFile;
 use std::path::Path;
@@ -115,6 +115,22 @@ impl Model {
         let n_vocab = self.config.n_vocab;
         let out = self.forward_with(tokens, cache, want, |be, logits, rows| {
             be.argmax(logits, rows, n_vocab)
+        })?;
+        Ok(out.unwrap_or_default())
+    }
+
+    /// As `forward`, reading back only each selected row's `k` best logits (a sampler keeping
+    /// the top `k`), selected by the backend.
+    pub fn forward_top_k(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        want: Logits,
+        k: usize,
+    ) -> Result<Vec<Vec<Candidate>>, ModelError> {
+        let n_vocab = self.config.n_vocab;
+        let out = self.forward_with(tokens, cache, want, |be, logits, rows| {
+            be.top_k(logits, rows, n_vocab, k)
         })?;
         Ok(out.unwrap_or_default())
     }

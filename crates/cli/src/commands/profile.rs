@@ -1,6 +1,6 @@
 //! `bench --profile`: a backend that times every op of the one it wraps, so a run shows where
 //! its time goes (by op, matmuls by weight type and row count) on machines without a profiler.
-use ishizuki_core::backend::{Activation, AttnParams, NormKind, RopeKind, RopeParams};
+use ishizuki_core::backend::{Activation, AttnParams, Candidate, NormKind, RopeKind, RopeParams};
 use ishizuki_core::{
     Backend, Buffer, ForwardMeta, GgmlType, KvShape, KvStore, LoadedWeight, Result, WeightSource,
 };
@@ -272,5 +272,15 @@ impl Backend for Profiled {
 
     fn argmax(&self, x: &Buffer, rows: usize, width: usize) -> Result<Vec<u32>> {
         self.time(("argmax", None, ""), || self.inner.argmax(x, rows, width))
+    }
+
+    fn top_k(
+        &self,
+        x: &Buffer,
+        rows: usize,
+        width: usize,
+        k: usize,
+    ) -> Result<Vec<Vec<Candidate>>> {
+        self.time(("top_k", None, ""), || self.inner.top_k(x, rows, width, k))
     }
 }

@@ -1,7 +1,9 @@
 //! The Backend trait the decoder is written against, and the handles it passes around.
 mod handles;
+mod select;
 
 pub use handles::{Buffer, ForwardMeta, KvShape, KvStore, LoadedWeight, WeightRole, WeightSource};
+pub use select::{argmax, by_logit_desc, top_candidates, top_k_rows, Candidate, TOP_K_MAX};
 
 use crate::{dtype::GgmlType, Result};
 use std::any::Any;
@@ -316,6 +318,31 @@ pub trait Backend: Send + Sync {
 
     /// The index of each row's largest value in `x (rows, width)` (the first of equals).
     fn argmax(&self, x: &Buffer, rows: usize, width: usize) -> Result<Vec<u32>>;
+
+    /// Each row's `k` (at most [`TOP_K_MAX`]) best values in `x (rows, width)`, exactly as
+    /// [`top_candidates`] picks them, for a sampler that keeps no more (top-k).
+    fn top_k(
+        &self,
+        x: &Buffer,
+        rows: usize,
+        width: usize,
+        k: usize,
+    ) -> Result<Vec<Vec<Candidate>>> {
+        check_top_k(k)?;
+        let mut host = vec![0f32; rows * width];
+        self.read(x, &mut host)?;
+        Ok(top_k_rows(&host, rows, width, k))
+    }
+}
+
+/// A `top_k` wider than a backend serves is the caller's error.
+pub fn check_top_k(k: usize) -> Result<()> {
+    if k > TOP_K_MAX {
+        return Err(crate::Error::Shape(format!(
+            "top_k: k = {k} is above the {TOP_K_MAX} a backend selects"
+        )));
+    }
+    Ok(())
 }
 
 /// A matmul over several weights gets one output per weight.
@@ -331,20 +358,4 @@ pub fn check_outputs(weights: usize, outputs: usize) -> Result<()> {
 /// A buffer shape error naming the op: `need` f32s of a buffer holding `have`.
 pub fn too_small(op: &str, need: usize, have: usize) -> crate::Error {
     crate::Error::Shape(format!("{op}: needs {need} f32s, the buffer holds {have}"))
-}
-
-/// Index of the largest value, lowest index on ties, NaN ignored; 0 when nothing is comparable
-/// (greedy sampling's choice, which a backend's `argmax` must equal).
-pub fn argmax(x: &[f32]) -> u32 {
-    let Some(start) = x.iter().position(|v| !v.is_nan()) else {
-        return 0;
-    };
-    let (mut best_index, mut best) = (start, x[start]);
-    // a NaN compares false, so it can never replace the best
-    for (i, &v) in x.iter().enumerate().skip(start + 1) {
-        if v > best {
-            (best_index, best) = (i, v);
-        }
-    }
-    best_index as u32
 }
