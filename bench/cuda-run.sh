@@ -4,7 +4,7 @@
 # tg128, rows 1..16, tg128 at depth 4096, tg128 without graphs and without PDL), per-kernel
 # times by ncu, and with LLAMA=1 llama-bench built from the packed source on the same files.
 # PREV=an earlier bins.tar.xz benches its tg128 rows beside ours (at PREV_DEPTHS, default
-# "0 4096"). Logs go to $OUT.
+# "0 4096"). Logs go to $OUT. The real models' suites are bench/cuda-models.sh's.
 # NCU=0 skips the profiles; NSYS=1 traces the decode graph's kernels; TUNES benches kernel variants (ISHIZUKI_CUDA_TUNE) beside the default,
 # at the depths TUNE_DEPTHS (default "0 4096") or, for a variant written NAME=V@D, at depth D.
 #   OUT=/tmp/out [LLAMA=1] [Q8=1] [PREV=tarball] [NCU=0] [NCU_KERNELS=regex] [TUNES="A=1 B=2"] \
@@ -14,14 +14,7 @@ root=$(pwd)
 dir=${1:-$root/.device}
 out=${OUT:-/tmp/cuda-run}
 mkdir -p "$out"
-export LD_LIBRARY_PATH=/usr/local/cuda/targets/x86_64-linux/lib:/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
-export ISHIZUKI_REQUIRE_CUDA=1 ISHIZUKI_REQUIRE_NVRTC=1 ISHIZUKI_CUDA_CACHE=/tmp/ishizuki-kernels
-tar xJf "$dir/bins.tar.xz" -C /tmp
-b=/tmp/bins
-# the test executables find their fixtures where they were built
-built=$(strings "$b"/decoder-* | grep -o '/[^ ]*/crates/cuda' | head -1)
-[ -n "$built" ] && [ ! -e "${built%/crates/cuda}" ] && mkdir -p "$(dirname "${built%/crates/cuda}")" &&
-    ln -s "$root" "${built%/crates/cuda}"
+. "$root/bench/cuda-env.sh"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 if [ "${LLAMA:-0}" = 1 ]; then
     (cd /tmp && tar xJf "$dir/llama.tar.xz" && cd llama.cpp &&
