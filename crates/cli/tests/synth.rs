@@ -44,6 +44,22 @@ fn a_synthetic_model_benches_and_generates() {
         rows.iter().all(|r| r["avg_ts"].as_f64().unwrap() > 0.0),
         "{json}"
     );
+    for read in ["argmax", "top-k:40"] {
+        let json = ok(&[
+            "bench", "-m", f, "-p", "0", "-n", "4", "-r", "1", "-t", "2", "--json", "--read", read,
+        ]);
+        let rows: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(rows[0]["read"], read, "{json}");
+        assert!(rows[0]["avg_ts"].as_f64().unwrap() > 0.0, "{json}");
+    }
+    for bad in ["top-k:0", "top-k:5000", "top-k:x", "ids"] {
+        let out = ishizuki(&["bench", "-m", f, "-p", "0", "-n", "4", "--read", bad]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains("--read"),
+            "{bad}: {stderr}"
+        );
+    }
     let text = ok(&[
         "run", "-m", f, "-p", "hello", "-n", "4", "--temp", "0", "-t", "2",
     ]);

@@ -4,6 +4,7 @@ use super::device::{self, Chosen, Device};
 use super::profile::Profiled;
 use super::CliResult;
 use ishizuki::fetch::resolve_model;
+use ishizuki_core::backend::TOP_K_MAX;
 use ishizuki_core::Backend;
 use ishizuki_models::{KvCache, Logits, Model};
 use std::sync::Arc;
@@ -42,6 +43,43 @@ pub struct BenchArgs {
     /// Time every backend op and print where the runs spent their time (stderr).
     #[arg(long)]
     profile: bool,
+    /// What each decode step (tg) reads back: `logits` (the row, as llama-bench's decode copies
+    /// it), `argmax` (the id greedy decoding reads) or `top-k:K` (what a top-k sampler reads).
+    #[arg(long, default_value = "logits", value_parser = parse_read)]
+    read: Read,
+}
+
+/// What a decode step reads back of its logits.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Read {
+    Logits,
+    Argmax,
+    TopK(usize),
+}
+
+fn parse_read(s: &str) -> Result<Read, String> {
+    match s {
+        "logits" => return Ok(Read::Logits),
+        "argmax" => return Ok(Read::Argmax),
+        _ => {}
+    }
+    let k = s
+        .strip_prefix("top-k:")
+        .ok_or_else(|| format!("expected logits, argmax or top-k:K, got {s:?}"))?;
+    match k.parse::<usize>() {
+        Ok(k) if (1..=TOP_K_MAX).contains(&k) => Ok(Read::TopK(k)),
+        _ => Err(format!("top-k:K needs K in 1..={TOP_K_MAX}, got {k:?}")),
+    }
+}
+
+impl std::fmt::Display for Read {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Read::Logits => write!(f, "logits"),
+            Read::Argmax => write!(f, "argmax"),
+            Read::TopK(k) => write!(f, "top-k:{k}"),
+        }
+    }
 }
 
 struct Test {
@@ -50,6 +88,8 @@ struct Test {
     /// Rows of one verification-shaped forward (a rows test when > 0).
     n_rows: usize,
     n_depth: usize,
+    /// What a decode step reads back (tg tests).
+    read: Read,
     samples_ts: Vec<f64>,
 }
 
@@ -75,6 +115,8 @@ impl Test {
             format!("rows{}", self.n_rows)
         } else if self.n_prompt > 0 {
             format!("pp{}", self.n_prompt)
+        } else if self.read != Read::Logits {
+            format!("tg{} {}", self.n_gen, self.read)
         } else {
             format!("tg{}", self.n_gen)
         };
@@ -120,9 +162,19 @@ fn run_once(model: &Model, cache: &mut KvCache, t: &Test, rep: u64) -> CliResult
         return Ok(t.n_prompt as f64 / t0.elapsed().as_secs_f64());
     }
     for id in tokens(t.n_gen, n_vocab, rep + 1) {
-        model.forward(&[id], cache, Logits::Last)?;
+        decode_step(model, cache, id, t.read)?;
     }
     Ok(t.n_gen as f64 / t0.elapsed().as_secs_f64())
+}
+
+/// One decoded token, reading back what `read` names.
+fn decode_step(model: &Model, cache: &mut KvCache, id: u32, read: Read) -> CliResult {
+    match read {
+        Read::Logits => drop(model.forward(&[id], cache, Logits::Last)?),
+        Read::Argmax => drop(model.forward_argmax(&[id], cache, Logits::Last)?),
+        Read::TopK(k) => drop(model.forward_top_k(&[id], cache, Logits::Last, k)?),
+    }
+    Ok(())
 }
 
 /// Fills the cache with `depth` tokens (untimed).
@@ -143,6 +195,7 @@ fn plan(a: &BenchArgs) -> Vec<Test> {
                 n_gen: 0,
                 n_rows: 0,
                 n_depth: d,
+                read: Read::Logits,
                 samples_ts: Vec::new(),
             });
         }
@@ -152,6 +205,7 @@ fn plan(a: &BenchArgs) -> Vec<Test> {
                 n_gen: n,
                 n_rows: 0,
                 n_depth: d,
+                read: a.read,
                 samples_ts: Vec::new(),
             });
         }
@@ -161,6 +215,7 @@ fn plan(a: &BenchArgs) -> Vec<Test> {
                 n_gen: 0,
                 n_rows: r,
                 n_depth: d,
+                read: Read::Logits,
                 samples_ts: Vec::new(),
             });
         }
@@ -227,7 +282,7 @@ pub fn run(a: BenchArgs) -> CliResult {
             .map(|t| {
                 serde_json::json!({
                     "n_prompt": t.n_prompt, "n_gen": t.n_gen, "n_rows": t.n_rows, "n_depth": t.n_depth,
-                    "avg_ts": t.avg(), "stddev_ts": t.stddev(), "samples_ts": t.samples_ts,
+                    "read": t.read.to_string(), "avg_ts": t.avg(), "stddev_ts": t.stddev(), "samples_ts": t.samples_ts,
                 })
             })
             .collect();
