@@ -412,19 +412,19 @@ impl Decoder<'_, '_> {
     /// Whether the next forward's top-k logits say all its rows' sampling needs: a top-k draw
     /// the backend can select for, no penalties, no grammar, no logprobs.
     fn top_suffices(&self) -> bool {
-        self.sampler.top_suffices()
-            && self.matcher.is_none()
-            && self.step.p.request.logprobs.is_none()
+        self.sampler.top_suffices() && self.logits_read_only_by_sampling()
+    }
+
+    /// No grammar masks the logits and no logprobs report them: only the sampler reads them.
+    fn logits_read_only_by_sampling(&self) -> bool {
+        self.matcher.is_none() && self.step.p.request.logprobs.is_none()
     }
 
     /// Whether the next forward's argmax ids say all its rows' sampling needs: greedy, no
     /// penalties, no grammar, no logprobs.
     fn argmax_suffices(&self) -> bool {
         let c = self.sampler.config();
-        c.is_greedy()
-            && !c.penalties_active()
-            && self.matcher.is_none()
-            && self.step.p.request.logprobs.is_none()
+        c.is_greedy() && !c.penalties_active() && self.logits_read_only_by_sampling()
     }
 
     fn compute_mask(&mut self) -> Result<Mask, Halt> {

@@ -5,7 +5,8 @@
 //! buffers have grown to the vocabulary size.
 
 use crate::draft::Distribution;
-pub use ishizuki_core::backend::{by_logit_desc, top_candidates, Candidate};
+pub use ishizuki_core::backend::Candidate;
+use ishizuki_core::backend::{by_logit_desc, top_candidates};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Sampling parameters; the neutral value of each filter turns it off.
