@@ -31,7 +31,7 @@ q4=/tmp/q4km.gguf q8=/tmp/q8.gguf
     [ "${Q8:-0}" = 1 ] && "$b/ishizuki" synth --arch llama --preset llama3-8b --type q8_0 -o $q8 -t 10
 ) >/tmp/synth.log 2>&1 &
 synth=$!
-for t in "$b"/ishizuki_cuda-* "$b"/ops-* "$b"/decoder-*; do
+for t in "$b"/ishizuki_cuda-* "$b"/ops-* "$b"/select-* "$b"/decoder-*; do
     echo "== $(basename "$t")"
     log=/tmp/test-$(basename "$t").log
     timeout 300 "$t" --test-threads 1 >"$log" 2>&1

@@ -16,6 +16,7 @@ const MATMUL: &str = include_str!("kernels/matmul.cu");
 const MATMUL_Q8: &str = include_str!("kernels/matmul_q8.cu");
 const OPS: &str = include_str!("kernels/ops.cu");
 const ATTENTION: &str = include_str!("kernels/attention.cu");
+const SELECT: &str = include_str!("kernels/select.cu");
 
 /// Weight types with CUDA kernels, with the name their entry points carry.
 pub const WEIGHT_TYPES: [(GgmlType, &str); 16] = {
@@ -181,7 +182,7 @@ pub fn weight_module_source(ty: GgmlType) -> Option<String> {
 
 /// The type-independent ops' module.
 pub fn ops_module_source() -> String {
-    format!("{COMMON}\n{OPS}\n{ATTENTION}\n")
+    format!("{COMMON}\n{OPS}\n{ATTENTION}\n{SELECT}\n")
 }
 
 /// Entry points of the ops module.
@@ -197,6 +198,7 @@ pub struct OpKernels {
     pub write_kv: CudaFunction,
     pub gather_rows: CudaFunction,
     pub argmax: CudaFunction,
+    pub top_k: CudaFunction,
     /// One per ATTN_HEAD_VARIANTS entry: the query heads a block takes.
     pub attention: Vec<CudaFunction>,
     pub attention_merge: CudaFunction,
@@ -249,6 +251,7 @@ impl OpKernels {
             write_kv: function(&m, "write_kv_f32_f16")?,
             gather_rows: function(&m, "gather_rows_f32")?,
             argmax: function(&m, "argmax_f32")?,
+            top_k: function(&m, "top_k_f32")?,
             attention: ATTN_HEAD_VARIANTS
                 .iter()
                 .map(|g| function(&m, &format!("attention_f32_f16_g{g}")))
@@ -414,10 +417,12 @@ mod tests {
     /// The grids the Rust side launches are the ones the kernels index by.
     #[test]
     fn the_kernels_shape_constants_are_the_launchers() {
+        use crate::select::SELECT_THREADS;
         use crate::{
             ATTN_MAX_HEAD_DIM, ATTN_MAX_SPLITS, MATMUL_ROWS, MATMUL_WARPS, MERGE_THREADS,
             ROW_THREADS,
         };
+        use ishizuki_core::backend::TOP_K_MAX;
         for (src, line) in [
             (MATMUL, format!("#define MATMUL_ROWS {MATMUL_ROWS}\n")),
             (MATMUL, format!("#define MATMUL_WARPS {MATMUL_WARPS}\n")),
@@ -432,6 +437,8 @@ mod tests {
                 format!("#define ATTN_MAX_SPLITS {ATTN_MAX_SPLITS}\n"),
             ),
             (ATTENTION, format!("#define ATTN_THREADS {ROW_THREADS}\n")),
+            (SELECT, format!("#define SELECT_THREADS {SELECT_THREADS}\n")),
+            (SELECT, format!("#define SELECT_MAX_K {TOP_K_MAX}\n")),
             (
                 ATTENTION,
                 format!("#define MERGE_THREADS {MERGE_THREADS}\n"),

@@ -7,6 +7,7 @@ mod device;
 mod gemm;
 pub mod kernels;
 mod matmul;
+mod select;
 mod step;
 
 pub use device::{available, DeviceInfo};
@@ -16,7 +17,9 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr
 use device::{
     cuda_err, grown, launch_1d, DevBuf, DevKv, DevMeta, DevWeight, MetaPool, META_POOLED,
 };
-use ishizuki_core::backend::{too_small, Activation, AttnParams, NormKind, RopeKind, RopeParams};
+use ishizuki_core::backend::{
+    too_small, Activation, AttnParams, Candidate, NormKind, RopeKind, RopeParams,
+};
 use ishizuki_core::{
     Backend, Buffer, Error, ForwardMeta, GgmlType, KvShape, KvStore, LoadedWeight, Result,
     WeightSource,
@@ -62,8 +65,8 @@ pub struct CudaBackend {
     gemm: Option<gemm::Gemm>,
     /// Metadata buffers of few-row forwards, reused so a decode step keeps its addresses.
     meta_pool: MetaPool,
-    /// The argmax ids read back.
-    ids: Mutex<Option<CudaSlice<u32>>>,
+    /// The argmax ids and top-k rows read back.
+    readback: Mutex<Option<CudaSlice<u32>>>,
     /// Split-K attention's partials (grown in a step's fingerprint pass, before any capture).
     attn_part: Mutex<Option<CudaSlice<f32>>>,
 }
@@ -111,7 +114,7 @@ impl CudaBackend {
             q8_scratch: Mutex::new(None),
             gemm,
             meta_pool: MetaPool::default(),
-            ids: Mutex::new(None),
+            readback: Mutex::new(None),
             attn_part: Mutex::new(None),
         })
     }
@@ -634,7 +637,7 @@ impl Backend for CudaBackend {
         if rows == 0 {
             return Ok(Vec::new());
         }
-        let mut slot = self.ids.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.readback.lock().unwrap_or_else(|e| e.into_inner());
         let _hold = self.launcher.hold();
         let ids = grown(&self.stream, &mut slot, rows)?;
         let args = [
@@ -652,6 +655,16 @@ impl Backend for CudaBackend {
             .map_err(cuda_err)?;
         self.stream.synchronize().map_err(cuda_err)?;
         Ok(out)
+    }
+
+    fn top_k(
+        &self,
+        x: &Buffer,
+        rows: usize,
+        width: usize,
+        k: usize,
+    ) -> Result<Vec<Vec<Candidate>>> {
+        self.select_top_k(x, rows, width, k)
     }
 }
 

@@ -10,6 +10,8 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
+mod common;
+
 /// f16 KV against the reference's f32, as on the CPU: ~1e-3 on logits up to ~7.
 const TOLERANCE: f32 = 5e-3;
 
@@ -37,18 +39,7 @@ fn gpu_exact() -> Option<Arc<dyn Backend>> {
 }
 
 fn open_gpu(exact: bool) -> Option<Arc<CudaBackend>> {
-    if !ishizuki_cuda::available() {
-        let required = std::env::var_os("ISHIZUKI_REQUIRE_CUDA").is_some();
-        assert!(
-            !required,
-            "ISHIZUKI_REQUIRE_CUDA is set but no GPU is available"
-        );
-        eprintln!("no CUDA GPU here: skipped");
-        return None;
-    }
-    let cache = std::env::var_os("ISHIZUKI_CUDA_CACHE").map(Into::into);
-    let be = CudaBackend::new(0, cache).expect("the CUDA backend starts");
-    Some(Arc::new(if exact { be.exact() } else { be }))
+    common::open_gpu(exact).map(Arc::new)
 }
 
 fn fixture(arch: &str, be: Arc<dyn Backend>) -> (Model, Value) {

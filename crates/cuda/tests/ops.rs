@@ -12,6 +12,9 @@ use ishizuki_cuda::kernels::{f16_gemm_takes, Q8_ACTIVATION_TYPES, WEIGHT_TYPES};
 use ishizuki_cuda::CudaBackend;
 use std::sync::{Arc, OnceLock};
 
+mod common;
+use common::{open_gpu, Rng};
+
 const ROWS: [usize; 6] = [1, 2, 3, 8, 16, 512];
 
 fn gpu() -> Option<&'static CudaBackend> {
@@ -23,39 +26,6 @@ fn gpu() -> Option<&'static CudaBackend> {
 fn gpu_exact() -> Option<&'static CudaBackend> {
     static GPU: OnceLock<Option<CudaBackend>> = OnceLock::new();
     GPU.get_or_init(|| open_gpu(true)).as_ref()
-}
-
-fn open_gpu(exact: bool) -> Option<CudaBackend> {
-    if !ishizuki_cuda::available() {
-        let required = std::env::var_os("ISHIZUKI_REQUIRE_CUDA").is_some();
-        assert!(
-            !required,
-            "ISHIZUKI_REQUIRE_CUDA is set but no GPU is available"
-        );
-        eprintln!("no CUDA GPU here: skipped");
-        return None;
-    }
-    let cache = std::env::var_os("ISHIZUKI_CUDA_CACHE").map(Into::into);
-    let be = CudaBackend::new(0, cache).expect("the CUDA backend starts");
-    Some(if exact { be.exact() } else { be })
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    /// Uniform in [-1, 1).
-    fn f32(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-    fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.f32()).collect()
-    }
 }
 
 fn nmse(got: &[f32], want: &[f32]) -> f64 {
